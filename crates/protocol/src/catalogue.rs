@@ -1,0 +1,179 @@
+//! The statement catalogue: one entry per file in `protocol-sql/statements/`.
+
+use std::sync::OnceLock;
+
+/// The PostgreSQL type of a statement parameter, as the statement's header
+/// declares it. Executors bind with these types, so no round trip is needed to
+/// learn them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ParamType {
+    /// `boolean`
+    Bool,
+    /// `integer`
+    Int4,
+    /// `bigint`
+    Int8,
+    /// `double precision`
+    Float8,
+    /// `text`
+    Text,
+    /// `text[]`
+    TextArray,
+    /// `jsonb`
+    Jsonb,
+}
+
+impl ParamType {
+    /// The spelling used in `-- params:` headers (and in SQL casts).
+    pub fn sql_name(self) -> &'static str {
+        match self {
+            ParamType::Bool => "bool",
+            ParamType::Int4 => "int4",
+            ParamType::Int8 => "int8",
+            ParamType::Float8 => "float8",
+            ParamType::Text => "text",
+            ParamType::TextArray => "text[]",
+            ParamType::Jsonb => "jsonb",
+        }
+    }
+
+    /// Parses a header spelling.
+    pub fn from_sql_name(name: &str) -> Option<ParamType> {
+        [
+            ParamType::Bool,
+            ParamType::Int4,
+            ParamType::Int8,
+            ParamType::Float8,
+            ParamType::Text,
+            ParamType::TextArray,
+            ParamType::Jsonb,
+        ]
+        .into_iter()
+        .find(|ty| ty.sql_name() == name)
+    }
+}
+
+/// A named, typed statement parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Param {
+    /// The name used as `:name` in the SQL.
+    pub name: &'static str,
+    /// The declared type.
+    pub ty: ParamType,
+}
+
+/// A statement of the catalogue, resolved: its SQL with `:name` parameters and
+/// the parameters its header declares, in header order.
+#[derive(Debug)]
+pub struct StatementDef {
+    /// Which statement this is.
+    pub id: Statement,
+    /// The SQL text, `:name` parameters and all, header comment included.
+    pub sql: &'static str,
+    /// The declared parameters, in the header's order.
+    pub params: Vec<Param>,
+}
+
+impl StatementDef {
+    /// The statement's name, such as `claim_one_queue`.
+    pub fn name(&self) -> &'static str {
+        self.id.name()
+    }
+
+    /// The file name under `protocol-sql/statements/`.
+    pub fn file_name(&self) -> String {
+        format!("{}.sql", self.id.name())
+    }
+
+    /// The declared parameter called `name`, if any.
+    pub fn param(&self, name: &str) -> Option<Param> {
+        self.params.iter().copied().find(|p| p.name == name)
+    }
+}
+
+macro_rules! catalogue {
+    ($($variant:ident => $name:literal,)*) => {
+        /// Every statement of protocol v1 (plus waymark's additions).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Statement {
+            $(
+                #[doc = concat!("`", $name, ".sql`")]
+                $variant,
+            )*
+        }
+
+        impl Statement {
+            /// Every statement, in catalogue order.
+            pub const ALL: &'static [Statement] = &[$(Statement::$variant,)*];
+
+            /// The statement's name (its file name without `.sql`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Statement::$variant => $name,)*
+                }
+            }
+
+            fn source(self) -> &'static str {
+                match self {
+                    $(Statement::$variant => include_str!(concat!(
+                        "../../../protocol-sql/statements/", $name, ".sql"
+                    )),)*
+                }
+            }
+        }
+    };
+}
+
+catalogue! {
+    ProtocolVersion => "protocol_version",
+    Installations => "installations",
+    InsertTask => "insert_task",
+    LockKey => "lock_key",
+    GetKey => "get_key",
+    UpsertKey => "upsert_key",
+    Get => "get",
+    GetByKey => "get_by_key",
+    GetStatus => "get_status",
+    GetStatusByKey => "get_status_by_key",
+    List => "list",
+    Stats => "stats",
+    QueueDepth => "queue_depth",
+    Cancel => "cancel",
+    Retry => "retry",
+    Purge => "purge",
+    ClaimableProbe => "claimable_probe",
+    RecoverLeases => "recover_leases",
+    Claim => "claim",
+    ClaimOneQueue => "claim_one_queue",
+    ClaimOneName => "claim_one_name",
+    ClaimOneQueueOneName => "claim_one_queue_one_name",
+    Heartbeat => "heartbeat",
+    HeartbeatBatch => "heartbeat_batch",
+    Progress => "progress",
+    Succeed => "succeed",
+    Complete => "complete",
+    Fail => "fail",
+}
+
+impl Statement {
+    /// The resolved definition: SQL and declared parameters.
+    pub fn def(self) -> &'static StatementDef {
+        static DEFS: OnceLock<Vec<StatementDef>> = OnceLock::new();
+        let defs = DEFS.get_or_init(|| {
+            Statement::ALL
+                .iter()
+                .map(|&id| StatementDef {
+                    id,
+                    sql: id.source(),
+                    params: crate::header::parse_params(&format!("{}.sql", id.name()), id.source()),
+                })
+                .collect()
+        });
+        &defs[self as usize]
+    }
+
+    /// Looks a statement up by name.
+    pub fn from_name(name: &str) -> Option<Statement> {
+        Statement::ALL.iter().copied().find(|s| s.name() == name)
+    }
+}

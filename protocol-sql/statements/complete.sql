@@ -1,0 +1,19 @@
+-- params: result jsonb, id text, worker_id text
+-- Owned write that workers settle with: a requested cancel wins (canceled, result
+-- left untouched); otherwise succeeded with result.
+with clock as (
+    select (extract(epoch from now()) * 1000)::bigint as now_ms
+)
+update cairnq_tasks as t
+   set status = case when t.cancel_requested_at_ms is null then 'succeeded' else 'canceled' end,
+       result = case when t.cancel_requested_at_ms is null then :result else t.result end,
+       progress = case when t.cancel_requested_at_ms is null then 1.0 else t.progress end,
+       lease_until_ms = null,
+       completed_at_ms = clock.now_ms,
+       updated_at_ms = clock.now_ms
+  from clock
+ where t.id = :id
+   and t.status = 'running'
+   and t.worker_id = :worker_id
+   and t.lease_until_ms > clock.now_ms
+returning t.*

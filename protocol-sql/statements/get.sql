@@ -1,0 +1,2 @@
+-- params: id text
+select * from cairnq_tasks where id = :id

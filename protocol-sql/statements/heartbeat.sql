@@ -1,0 +1,15 @@
+-- params: lease_ms int8, id text, worker_id text
+-- Owned write: extends the lease of a task this worker still holds. No row back
+-- means the lease is lost.
+with clock as (
+    select (extract(epoch from now()) * 1000)::bigint as now_ms
+)
+update cairnq_tasks as t
+   set lease_until_ms = clock.now_ms + :lease_ms,
+       updated_at_ms = clock.now_ms
+  from clock
+ where t.id = :id
+   and t.status = 'running'
+   and t.worker_id = :worker_id
+   and t.lease_until_ms > clock.now_ms
+returning t.*

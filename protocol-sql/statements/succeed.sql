@@ -1,0 +1,19 @@
+-- params: result jsonb, message text, id text, worker_id text
+-- Owned write: the task succeeded with result; a null message keeps the last one.
+with clock as (
+    select (extract(epoch from now()) * 1000)::bigint as now_ms
+)
+update cairnq_tasks as t
+   set status = 'succeeded',
+       result = :result,
+       message = coalesce(:message, t.message),
+       progress = 1.0,
+       lease_until_ms = null,
+       completed_at_ms = clock.now_ms,
+       updated_at_ms = clock.now_ms
+  from clock
+ where t.id = :id
+   and t.status = 'running'
+   and t.worker_id = :worker_id
+   and t.lease_until_ms > clock.now_ms
+returning t.*
