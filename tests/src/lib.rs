@@ -1,1 +1,28 @@
-//! placeholder
+//! Test support for waymark's workspace integration tests: a real PostgreSQL
+//! (found or started), a place of its own per test, a second executor that
+//! proves the seam is open, the executor conformance kit, and the runner for
+//! cairnq's shared scenarios.
+
+pub mod client_executor;
+pub mod cluster;
+pub mod conformance;
+pub mod db;
+pub mod kit;
+
+use waymark_pool::PgPool;
+use waymark_store::{ConnectOptions, Store};
+
+pub use client_executor::ClientExecutor;
+pub use db::{TestDatabase, TestSchema};
+
+/// A store on the built-in pool, connected (migrated) in `schema`.
+pub async fn pool_store(schema: &TestSchema) -> Store<PgPool> {
+    let pool = PgPool::builder(&schema.url).max_size(4).schema(&schema.schema).build().expect("pool");
+    Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect through the pool")
+}
+
+/// A store on [`ClientExecutor`], connected (migrated) in `schema`.
+pub async fn client_store(schema: &TestSchema) -> Store<ClientExecutor> {
+    let exec = ClientExecutor::connect(&schema.url, Some(&schema.schema)).await.expect("client");
+    Store::connect(exec, ConnectOptions::schema(&schema.schema)).await.expect("connect through the client")
+}

@@ -153,6 +153,11 @@ catalogue! {
     Succeed => "succeed",
     Complete => "complete",
     Fail => "fail",
+    LedgerCreate => "ledger_create",
+    LedgerExists => "ledger_exists",
+    LedgerLock => "ledger_lock",
+    LedgerList => "ledger_list",
+    LedgerRecord => "ledger_record",
 }
 
 impl Statement {

@@ -16,9 +16,11 @@
 mod catalogue;
 mod header;
 mod migrations;
+mod scripts;
 
 pub use catalogue::{Param, ParamType, Statement, StatementDef};
 pub use migrations::{migrations, Migration};
+pub use scripts::{create_schema_script, is_valid_schema_name, set_search_path_script};
 
 /// The protocol version this crate speaks (the `protocol_version` meta row).
 pub const PROTOCOL_VERSION: i64 = 1;

@@ -1,1 +1,50 @@
-//! placeholder
+//! Every queue operation of cairnq protocol v1 over a small [`PgExecutor`]
+//! trait that you can implement on the pool you already run.
+//!
+//! A task submitted here can be run by a cairnq Python or TypeScript worker,
+//! and the reverse: the tables and the state machine are the protocol's.
+//!
+//! ```no_run
+//! # async fn demo<E: waymark_store::PgExecutor>(exec: E) -> waymark_store::Result<()> {
+//! use serde_json::json;
+//! use waymark_store::{ClaimRequest, ConnectOptions, NewTask, Store};
+//!
+//! let store = Store::connect(exec, ConnectOptions::default()).await?;
+//! let task = store.submit(NewTask::new("email.send", json!({"to": "ada@example.com"}))).await?;
+//!
+//! for claimed in store.claim(&ClaimRequest::new("worker-1", ["default"]).limit(10)).await? {
+//!     store.complete(&claimed.id, "worker-1", json!({"sent": true})).await?;
+//! }
+//! assert!(store.fetch(&task.id).await?.status.is_terminal());
+//! # Ok(()) }
+//! ```
+//!
+//! Submitting inside your own transaction is why a Postgres queue exists:
+//! [`Store::submit_in`] takes your [`PgExecutor::Transaction`], and the task
+//! exists only if your transaction commits. [`Store::complete_in`] does the
+//! same for a task's settlement.
+
+mod backoff;
+mod error;
+mod executor;
+mod id;
+mod migrate;
+mod options;
+mod statements;
+mod store;
+mod task;
+mod value;
+
+pub use backoff::RetryBackoff;
+pub use error::{Error, Result};
+pub use executor::{
+    ExecError, ExecErrorKind, Notification, NotificationStream, PgExecutor, PgSession, PgTransaction, Sql,
+};
+pub use id::{new_task_id, task_id_from_parts};
+pub use migrate::{MigrationReport, MigrationState};
+pub use options::{ClaimRequest, Conflict, Failure, ListFilter, NewTask, PurgeFilter};
+pub use store::{ConnectOptions, Store};
+pub use task::{codes, Beat, ErrorEnvelope, StatusCounts, Task, TaskState, TaskStatus};
+pub use value::{Row, Value};
+/// The protocol crate, re-exported for executors that need parameter types.
+pub use waymark_protocol as protocol;

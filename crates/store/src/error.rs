@@ -1,0 +1,132 @@
+//! The store's error type.
+
+use crate::executor::{ExecError, ExecErrorKind};
+
+/// Result alias for store operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything a store operation can fail with. Domain answers (a lost lease,
+/// a key already taken) are variants of their own, never raw SQL errors.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A keyed submit with `Conflict::Reject` found the key taken.
+    #[error("key {key:?} already names task {task_id}")]
+    AlreadyExists {
+        /// The key.
+        key: String,
+        /// The task the key names.
+        task_id: String,
+    },
+    /// An owned write found the task no longer held by this worker (settled,
+    /// reclaimed, or its lease ran out). The write changed nothing.
+    #[error("lease lost on task {task_id} for worker {worker_id:?}")]
+    LostLease {
+        /// The task.
+        task_id: String,
+        /// The worker that tried to write.
+        worker_id: String,
+    },
+    /// A row the caller asked for does not exist.
+    #[error("{what} not found")]
+    NotFound {
+        /// What was looked for, such as `task task_01...`.
+        what: String,
+    },
+    /// The connection would see a different installation than intended.
+    #[error("schema mismatch: {0}")]
+    SchemaMismatch(String),
+    /// The installation speaks another protocol version.
+    #[error("protocol version mismatch: the database speaks {found}, waymark speaks {expected}")]
+    ProtocolVersionMismatch {
+        /// The version found (0 when the meta row is missing).
+        found: i64,
+        /// The version this crate speaks.
+        expected: i64,
+    },
+    /// A caller passed a bad argument; the message names it.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A migration failed; nothing of it was committed.
+    #[error("applying migration {name}: {source}")]
+    Migration {
+        /// The migration file name.
+        name: String,
+        /// The cause.
+        #[source]
+        source: ExecError,
+    },
+    /// A row did not have the shape the protocol promises.
+    #[error("decoding {0}")]
+    Decode(String),
+    /// The executor failed.
+    #[error(transparent)]
+    Executor(#[from] ExecError),
+}
+
+impl Error {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Error::InvalidArgument(message.into())
+    }
+
+    /// Whether this is [`Error::LostLease`].
+    pub fn is_lost_lease(&self) -> bool {
+        matches!(self, Error::LostLease { .. })
+    }
+
+    /// Whether this is [`Error::AlreadyExists`].
+    pub fn is_already_exists(&self) -> bool {
+        matches!(self, Error::AlreadyExists { .. })
+    }
+
+    /// Whether this is [`Error::NotFound`].
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::NotFound { .. })
+    }
+
+    /// Whether this is [`Error::InvalidArgument`].
+    pub fn is_invalid_argument(&self) -> bool {
+        matches!(self, Error::InvalidArgument(_))
+    }
+
+    /// The SQLSTATE of the underlying database error, if any.
+    pub fn sqlstate(&self) -> Option<&str> {
+        self.exec_error().and_then(ExecError::sqlstate)
+    }
+
+    /// The executor's error kind, if the executor failed.
+    pub fn exec_kind(&self) -> Option<ExecErrorKind> {
+        self.exec_error().map(ExecError::kind)
+    }
+
+    /// The class name the cairnq SDKs use for this error (`AlreadyExists`,
+    /// `LostLease`, ...), as conformance scenarios name them.
+    pub fn class_name(&self) -> &'static str {
+        match self {
+            Error::AlreadyExists { .. } => "AlreadyExists",
+            Error::LostLease { .. } => "LostLease",
+            Error::NotFound { .. } => "NotFound",
+            Error::SchemaMismatch(_) => "SchemaMismatch",
+            Error::ProtocolVersionMismatch { .. } => "ProtocolVersionMismatch",
+            Error::InvalidArgument(_) => "InvalidArgument",
+            Error::Migration { .. } => "MigrationError",
+            Error::Decode(_) => "DecodeError",
+            Error::Executor(_) => "ExecutorError",
+        }
+    }
+
+    /// The task this error is about, where there is one.
+    pub fn task_id(&self) -> Option<&str> {
+        match self {
+            Error::AlreadyExists { task_id, .. } | Error::LostLease { task_id, .. } => Some(task_id),
+            _ => None,
+        }
+    }
+
+    fn exec_error(&self) -> Option<&ExecError> {
+        match self {
+            Error::Executor(e) | Error::Migration { source: e, .. } => Some(e),
+            _ => None,
+        }
+    }
+}

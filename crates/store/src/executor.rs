@@ -1,0 +1,193 @@
+//! The seam between the store and a connection: [`PgExecutor`].
+//!
+//! The store owns the SQL (texts, `$n` order, parameter types, migrations);
+//! an executor owns the connection. Implement these traits over the pool you
+//! already run and the store joins your sessions instead of opening its own.
+//! `waymark-tests` ships a conformance kit that runs the whole store contract
+//! against any executor.
+
+use std::fmt;
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use futures::Stream;
+use waymark_protocol::ParamType;
+
+use crate::value::{Row, Value};
+
+/// What kind of failure an executor hit. The pool decides on retries and the
+/// circuit breaker from this; the store reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecErrorKind {
+    /// The connection failed or was lost (SQLSTATE class 08, 57P01-57P03,
+    /// I/O errors, connect timeouts). The outcome of an in-flight write is
+    /// unknown.
+    Connection,
+    /// The server or a pooler is out of connection slots (53300 and kin).
+    Capacity,
+    /// A client-side deadline passed (acquire or query timeout).
+    Timeout,
+    /// The server rejected or failed the statement.
+    Query,
+}
+
+impl fmt::Display for ExecErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ExecErrorKind::Connection => "connection",
+            ExecErrorKind::Capacity => "capacity",
+            ExecErrorKind::Timeout => "timeout",
+            ExecErrorKind::Query => "query",
+        })
+    }
+}
+
+/// An executor's error: a kind, the SQLSTATE when the server sent one, and a
+/// message. Anyone can build one, unlike a driver's own error type.
+#[derive(Debug)]
+pub struct ExecError {
+    kind: ExecErrorKind,
+    sqlstate: Option<String>,
+    message: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl ExecError {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: ExecErrorKind, message: impl Into<String>) -> Self {
+        ExecError { kind, sqlstate: None, message: message.into(), source: None }
+    }
+
+    /// Attaches the five-character SQLSTATE.
+    pub fn with_sqlstate(mut self, code: impl Into<String>) -> Self {
+        self.sqlstate = Some(code.into());
+        self
+    }
+
+    /// Attaches the underlying cause.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// The failure's kind.
+    pub fn kind(&self) -> ExecErrorKind {
+        self.kind
+    }
+
+    /// The SQLSTATE, when the server sent one.
+    pub fn sqlstate(&self) -> Option<&str> {
+        self.sqlstate.as_deref()
+    }
+
+    /// The message, without the kind prefix.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ExecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} error: {}", self.kind, self.message)?;
+        if let Some(code) = &self.sqlstate {
+            write!(f, " (sqlstate {code})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ExecError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// A statement ready to send: `$n` SQL and the type of each slot.
+#[derive(Debug, Clone, Copy)]
+pub struct Sql<'a> {
+    /// SQL with `$1..$n` placeholders.
+    pub text: &'a str,
+    /// The type of `$i` at index `i - 1`, so an executor can bind in one round
+    /// trip without preparing (`query_typed` in tokio-postgres).
+    pub types: &'a [ParamType],
+}
+
+/// One session: a connection checked out for one call, or an open transaction.
+#[async_trait]
+pub trait PgSession: Send {
+    /// Runs one statement with parameters and returns every row.
+    async fn query(&mut self, sql: Sql<'_>, params: &[Value]) -> Result<Vec<Row>, ExecError>;
+
+    /// Runs a parameterless script with the simple query protocol (several
+    /// statements allowed). Used for migrations.
+    async fn execute_script(&mut self, script: &str) -> Result<(), ExecError>;
+}
+
+/// An open transaction. It is the executor's own type, so code given one (a
+/// task handler in `complete_in`, say) can use the driver's native API on it.
+///
+/// Dropping a transaction without `commit` must roll it back.
+#[async_trait]
+pub trait PgTransaction: PgSession + Sized {
+    /// Commits; an error means the outcome may be unknown.
+    async fn commit(self) -> Result<(), ExecError>;
+
+    /// Rolls back.
+    async fn rollback(self) -> Result<(), ExecError>;
+}
+
+/// A notification delivered by `LISTEN`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notification {
+    /// The channel, such as `cairnq_done`.
+    pub channel: String,
+    /// The payload, such as a task id.
+    pub payload: String,
+}
+
+/// A stream of notifications; it ends when the listening session is lost.
+pub type NotificationStream = Pin<Box<dyn Stream<Item = Notification> + Send>>;
+
+/// A source of sessions: the trait to implement over your own pool.
+///
+/// `query` and `execute_script` run in autocommit on any connection; `begin`
+/// opens a READ COMMITTED transaction that holds one connection until it ends.
+/// The store never closes an executor it was handed.
+#[async_trait]
+pub trait PgExecutor: Send + Sync {
+    /// The executor's transaction type.
+    type Transaction: PgTransaction + Send;
+
+    /// Runs one statement in autocommit.
+    async fn query(&self, sql: Sql<'_>, params: &[Value]) -> Result<Vec<Row>, ExecError>;
+
+    /// Runs a parameterless script in autocommit (simple query protocol).
+    async fn execute_script(&self, script: &str) -> Result<(), ExecError>;
+
+    /// Opens a READ COMMITTED transaction.
+    async fn begin(&self) -> Result<Self::Transaction, ExecError>;
+
+    /// Starts listening on `channels` on a session of its own, if the executor
+    /// can. `Ok(None)` (the default) means it cannot, and callers poll:
+    /// slower, never wrong.
+    async fn listen(&self, channels: &[&str]) -> Result<Option<NotificationStream>, ExecError> {
+        let _ = channels;
+        Ok(None)
+    }
+}
+
+/// Runs statements on an executor in autocommit, as a [`PgSession`], so that
+/// every store operation is written once for both places it can run.
+#[derive(Debug)]
+pub(crate) struct Autocommit<'a, E>(pub &'a E);
+
+#[async_trait]
+impl<E: PgExecutor> PgSession for Autocommit<'_, E> {
+    async fn query(&mut self, sql: Sql<'_>, params: &[Value]) -> Result<Vec<Row>, ExecError> {
+        self.0.query(sql, params).await
+    }
+
+    async fn execute_script(&mut self, script: &str) -> Result<(), ExecError> {
+        self.0.execute_script(script).await
+    }
+}

@@ -1,0 +1,333 @@
+//! Arguments of store operations, as builders whose docs state the defaults.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde_json::Value as Json;
+
+use crate::error::{Error, Result};
+use crate::task::TaskStatus;
+
+/// What a keyed submit does when the key already names a task.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Conflict {
+    /// Return the live (queued or running) task; a finished one frees the key.
+    #[default]
+    Reuse,
+    /// Like `Reuse`, and a succeeded task is returned as a cached result.
+    ReuseSucceeded,
+    /// Fail with `AlreadyExists` whatever the named task's state.
+    Reject,
+    /// Cancel the live task, if any, and submit a new one under the key.
+    Replace,
+}
+
+impl Conflict {
+    /// The protocol spelling: `reuse`, `reuse-succeeded`, `reject`, `replace`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Conflict::Reuse => "reuse",
+            Conflict::ReuseSucceeded => "reuse-succeeded",
+            Conflict::Reject => "reject",
+            Conflict::Replace => "replace",
+        }
+    }
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Conflict {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        [Conflict::Reuse, Conflict::ReuseSucceeded, Conflict::Reject, Conflict::Replace]
+            .into_iter()
+            .find(|c| c.as_str() == s)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "unknown conflict strategy {s:?}: expected reuse, reuse-succeeded, reject or replace"
+                ))
+            })
+    }
+}
+
+/// A task to submit.
+///
+/// ```
+/// use waymark_store::{Conflict, NewTask};
+/// let task = NewTask::new("email.send", serde_json::json!({"to": "a@b.c"}))
+///     .queue("mail")
+///     .key("welcome:42")
+///     .conflict(Conflict::Reject)
+///     .max_attempts(5);
+/// assert_eq!(task.name, "email.send");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewTask {
+    /// Handler name; must not be empty.
+    pub name: String,
+    /// Input. Defaults to `{}`.
+    pub payload: Json,
+    /// Deduplication key. Defaults to none.
+    pub key: Option<String>,
+    /// What to do when `key` is taken. Defaults to [`Conflict::Reuse`].
+    pub conflict: Conflict,
+    /// Queue. Defaults to `default`.
+    pub queue: String,
+    /// Runs allowed, at least 1. Defaults to 3.
+    pub max_attempts: i32,
+    /// Higher runs first. Defaults to 0.
+    pub priority: i32,
+    /// A JSON object. Defaults to `{}`.
+    pub metadata: Json,
+    /// Delay before the task is due, in ms, at least 0. Defaults to 0.
+    pub delay_ms: i64,
+    /// The submitting task. Defaults to none.
+    pub parent_id: Option<String>,
+    /// The tree's root. Defaults to the task's own id.
+    pub root_id: Option<String>,
+    /// Caller's correlation id. Defaults to none.
+    pub correlation_id: Option<String>,
+}
+
+impl NewTask {
+    /// A task named `name` with `payload` and every default.
+    pub fn new(name: impl Into<String>, payload: Json) -> Self {
+        NewTask {
+            name: name.into(),
+            payload,
+            key: None,
+            conflict: Conflict::Reuse,
+            queue: "default".to_owned(),
+            max_attempts: 3,
+            priority: 0,
+            metadata: Json::Object(Default::default()),
+            delay_ms: 0,
+            parent_id: None,
+            root_id: None,
+            correlation_id: None,
+        }
+    }
+
+    /// Sets the deduplication key.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Sets the conflict strategy for the key.
+    pub fn conflict(mut self, conflict: Conflict) -> Self {
+        self.conflict = conflict;
+        self
+    }
+
+    /// Sets the queue.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = queue.into();
+        self
+    }
+
+    /// Sets the number of runs allowed.
+    pub fn max_attempts(mut self, n: i32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// Sets the priority.
+    pub fn priority(mut self, p: i32) -> Self {
+        self.priority = p;
+        self
+    }
+
+    /// Sets the metadata object.
+    pub fn metadata(mut self, metadata: Json) -> Self {
+        self.metadata = metadata;
+        self
+    }
+
+    /// Delays the task by `ms` milliseconds.
+    pub fn delay_ms(mut self, ms: i64) -> Self {
+        self.delay_ms = ms;
+        self
+    }
+
+    /// Sets the parent task.
+    pub fn parent_id(mut self, id: impl Into<String>) -> Self {
+        self.parent_id = Some(id.into());
+        self
+    }
+
+    /// Sets the root task.
+    pub fn root_id(mut self, id: impl Into<String>) -> Self {
+        self.root_id = Some(id.into());
+        self
+    }
+
+    /// Sets the correlation id.
+    pub fn correlation_id(mut self, id: impl Into<String>) -> Self {
+        self.correlation_id = Some(id.into());
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        non_empty("task name", &self.name)?;
+        non_empty("queue", &self.queue)?;
+        if let Some(key) = &self.key {
+            non_empty("key", key)?;
+        }
+        if self.max_attempts < 1 {
+            return Err(Error::invalid(format!("max_attempts must be at least 1, got {}", self.max_attempts)));
+        }
+        if self.delay_ms < 0 {
+            return Err(Error::invalid(format!("delay_ms must not be negative, got {}", self.delay_ms)));
+        }
+        if !self.metadata.is_object() {
+            return Err(Error::invalid("metadata must be a JSON object"));
+        }
+        Ok(())
+    }
+}
+
+/// One claim pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// The claiming worker.
+    pub worker_id: String,
+    /// Queues to claim from; none claims nothing.
+    pub queues: Vec<String>,
+    /// Handler names to claim; `None` means any, an empty list claims nothing.
+    /// Defaults to `None`.
+    pub names: Option<Vec<String>>,
+    /// Lease length in ms, at least 1. Defaults to 30000.
+    pub lease_ms: i64,
+    /// Most tasks to claim; 0 or less claims nothing. Defaults to 1.
+    pub limit: i64,
+}
+
+impl ClaimRequest {
+    /// A claim of one task for `worker_id` from `queues`, any name, 30 s lease.
+    pub fn new<Q: Into<String>>(worker_id: impl Into<String>, queues: impl IntoIterator<Item = Q>) -> Self {
+        ClaimRequest {
+            worker_id: worker_id.into(),
+            queues: queues.into_iter().map(Into::into).collect(),
+            names: None,
+            lease_ms: 30_000,
+            limit: 1,
+        }
+    }
+
+    /// Claims only tasks with these names.
+    pub fn names<N: Into<String>>(mut self, names: impl IntoIterator<Item = N>) -> Self {
+        self.names = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Sets the lease length.
+    pub fn lease_ms(mut self, ms: i64) -> Self {
+        self.lease_ms = ms;
+        self
+    }
+
+    /// Sets the most tasks to claim.
+    pub fn limit(mut self, limit: i64) -> Self {
+        self.limit = limit;
+        self
+    }
+}
+
+/// Filters for `list`; every filter defaults to off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListFilter {
+    /// Only this status.
+    pub status: Option<TaskStatus>,
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only this handler name.
+    pub name: Option<String>,
+    /// Only this tree.
+    pub root_id: Option<String>,
+    /// Only this correlation id.
+    pub correlation_id: Option<String>,
+    /// Page size, at least 0. Defaults to 100.
+    pub limit: i64,
+    /// Rows to skip, at least 0. Defaults to 0.
+    pub offset: i64,
+}
+
+impl Default for ListFilter {
+    fn default() -> Self {
+        ListFilter {
+            status: None,
+            queue: None,
+            name: None,
+            root_id: None,
+            correlation_id: None,
+            limit: 100,
+            offset: 0,
+        }
+    }
+}
+
+/// Which terminal tasks `purge` deletes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeFilter {
+    /// Only this queue. Defaults to any.
+    pub queue: Option<String>,
+    /// Only this terminal status. Defaults to all three.
+    pub status: Option<TaskStatus>,
+    /// Only this handler name. Defaults to any.
+    pub name: Option<String>,
+    /// Only tasks completed more than this many ms ago, at least 0.
+    pub older_than_ms: i64,
+    /// Most rows per call, at least 1. Defaults to 1000.
+    pub limit: i64,
+}
+
+impl PurgeFilter {
+    /// Terminal tasks completed more than `older_than_ms` ago, 1000 at most.
+    pub fn older_than_ms(older_than_ms: i64) -> Self {
+        PurgeFilter { queue: None, status: None, name: None, older_than_ms, limit: 1000 }
+    }
+}
+
+/// How a running task failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    /// The envelope to store (see `ErrorEnvelope`).
+    pub error: Json,
+    /// Whether another attempt may run, if attempts remain. Defaults to true.
+    pub retryable: bool,
+    /// Delay before the retry is due, at least 0. Defaults to 0.
+    pub delay_ms: i64,
+}
+
+impl Failure {
+    /// A retryable failure with `error`, due again at once.
+    pub fn new(error: Json) -> Self {
+        Failure { error, retryable: true, delay_ms: 0 }
+    }
+
+    /// Sets whether it may be retried.
+    pub fn retryable(mut self, retryable: bool) -> Self {
+        self.retryable = retryable;
+        self
+    }
+
+    /// Sets the retry delay.
+    pub fn delay_ms(mut self, ms: i64) -> Self {
+        self.delay_ms = ms;
+        self
+    }
+}
+
+pub(crate) fn non_empty(what: &str, value: &str) -> Result<()> {
+    if value.is_empty() {
+        Err(Error::invalid(format!("{what} must not be empty")))
+    } else {
+        Ok(())
+    }
+}

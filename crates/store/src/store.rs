@@ -1,0 +1,547 @@
+//! [`Store`]: every queue operation of protocol v1.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value as Json;
+use waymark_protocol::Statement;
+
+use crate::error::{Error, Result};
+use crate::executor::{Autocommit, PgExecutor, PgSession, PgTransaction};
+use crate::id::new_task_id;
+use crate::migrate::{self, MigrationReport, MigrationState};
+use crate::options::{non_empty, ClaimRequest, Conflict, Failure, ListFilter, NewTask, PurgeFilter};
+use crate::statements::{run, run_opt, Binds};
+use crate::task::{int8, opt_int8, opt_text, status, text, Beat, ErrorEnvelope, StatusCounts, Task, TaskState, TaskStatus};
+use crate::value::Value;
+
+/// How [`Store::connect`] prepares the database.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// The schema the installation lives in. The executor must set
+    /// `search_path` to it on every connection; the schema guard checks that
+    /// it did. Defaults to none (the connection's current schema).
+    pub schema: Option<String>,
+    /// Skip migrating (the schema guard and version check still run).
+    /// Defaults to false.
+    pub skip_migrate: bool,
+}
+
+impl ConnectOptions {
+    /// Options for an installation in `schema`.
+    pub fn schema(schema: impl Into<String>) -> Self {
+        ConnectOptions { schema: Some(schema.into()), skip_migrate: false }
+    }
+}
+
+/// The queue, over any [`PgExecutor`].
+///
+/// Each operation runs in autocommit on the executor; the `*_in` forms run
+/// inside a transaction the caller opened with [`PgExecutor::begin`], so a
+/// submit commits with the caller's own writes, and so does a settlement.
+#[derive(Debug, Clone)]
+pub struct Store<E> {
+    exec: E,
+}
+
+impl<E: PgExecutor> Store<E> {
+    /// A store over `exec`. No I/O: call [`Store::connect`] (or
+    /// [`Store::migrate`]) before first use on a new database.
+    pub fn new(exec: E) -> Self {
+        Store { exec }
+    }
+
+    /// Runs the connect sequence of protocol v1 and returns the store:
+    /// create the schema if one is asked for, the schema guard, migrations,
+    /// then the protocol version check.
+    pub async fn connect(exec: E, options: ConnectOptions) -> Result<Self> {
+        let store = Store::new(exec);
+        if let Some(schema) = &options.schema {
+            migrate::create_schema(&store.exec, schema).await?;
+        }
+        migrate::guard_schema(&store.exec, options.schema.as_deref()).await?;
+        if !options.skip_migrate {
+            migrate::migrate(&store.exec).await?;
+        }
+        migrate::check_protocol_version(&store.exec).await?;
+        Ok(store)
+    }
+
+    /// The executor.
+    pub fn executor(&self) -> &E {
+        &self.exec
+    }
+
+    /// Applies pending migrations (see the ledger rules in PROTOCOL-V1).
+    pub async fn migrate(&self) -> Result<MigrationReport> {
+        migrate::migrate(&self.exec).await
+    }
+
+    /// Each embedded migration and whether it is applied; changes nothing.
+    pub async fn migration_status(&self) -> Result<Vec<MigrationState>> {
+        migrate::status(&self.exec).await
+    }
+
+    /// Checks that the installation speaks protocol v1.
+    pub async fn check_protocol_version(&self) -> Result<()> {
+        migrate::check_protocol_version(&self.exec).await
+    }
+
+    // ----- submit -----
+
+    /// Submits a task. With a key, the whole decision (reuse, reject, replace)
+    /// happens in one transaction under the key's advisory lock.
+    pub async fn submit(&self, task: NewTask) -> Result<Task> {
+        task.validate()?;
+        if task.key.is_none() {
+            return insert(&mut Autocommit(&self.exec), &task).await;
+        }
+        let mut tx = self.exec.begin().await?;
+        let out = submit_keyed(&mut tx, &task).await;
+        finish(tx, out).await
+    }
+
+    /// Submits a task inside the caller's transaction: it exists only if the
+    /// caller commits.
+    pub async fn submit_in(&self, tx: &mut E::Transaction, task: NewTask) -> Result<Task> {
+        task.validate()?;
+        if task.key.is_none() {
+            insert(tx, &task).await
+        } else {
+            submit_keyed(tx, &task).await
+        }
+    }
+
+    // ----- reads -----
+
+    /// The task, or `None`.
+    pub async fn get(&self, id: &str) -> Result<Option<Task>> {
+        task_opt(&mut Autocommit(&self.exec), Statement::Get, vec![("id", id.into())]).await
+    }
+
+    /// The task, or [`Error::NotFound`].
+    pub async fn fetch(&self, id: &str) -> Result<Task> {
+        self.get(id).await?.ok_or_else(|| Error::NotFound { what: format!("task {id}") })
+    }
+
+    /// The task a key names, or `None`.
+    pub async fn get_by_key(&self, key: &str) -> Result<Option<Task>> {
+        task_opt(&mut Autocommit(&self.exec), Statement::GetByKey, vec![("key", key.into())]).await
+    }
+
+    /// The id and status of a task, or `None`: the cheap probe.
+    pub async fn get_status(&self, id: &str) -> Result<Option<TaskState>> {
+        let row = run_opt(&mut Autocommit(&self.exec), Statement::GetStatus, vec![("id", id.into())]).await?;
+        row.map(TaskState::from_row).transpose()
+    }
+
+    /// The id and status of the task a key names, or `None`.
+    pub async fn get_status_by_key(&self, key: &str) -> Result<Option<TaskState>> {
+        let row =
+            run_opt(&mut Autocommit(&self.exec), Statement::GetStatusByKey, vec![("key", key.into())]).await?;
+        row.map(TaskState::from_row).transpose()
+    }
+
+    /// Tasks matching `filter`, newest first.
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<Task>> {
+        if filter.limit < 0 {
+            return Err(Error::invalid(format!("list limit must not be negative, got {}", filter.limit)));
+        }
+        if filter.offset < 0 {
+            return Err(Error::invalid(format!("list offset must not be negative, got {}", filter.offset)));
+        }
+        let binds: Binds = vec![
+            ("status", filter.status.map(TaskStatus::as_str).into()),
+            ("queue", filter.queue.as_deref().into()),
+            ("name", filter.name.as_deref().into()),
+            ("root_id", filter.root_id.as_deref().into()),
+            ("correlation_id", filter.correlation_id.as_deref().into()),
+            ("limit", filter.limit.into()),
+            ("offset", filter.offset.into()),
+        ];
+        tasks(&mut Autocommit(&self.exec), Statement::List, binds).await
+    }
+
+    /// Counts by queue and status, every status present (zero-filled). With
+    /// `queue`, only that queue, and it is present even when empty.
+    pub async fn stats(&self, queue: Option<&str>) -> Result<BTreeMap<String, StatusCounts>> {
+        let rows = run(&mut Autocommit(&self.exec), Statement::Stats, vec![("queue", queue.into())]).await?;
+        let mut out: BTreeMap<String, StatusCounts> = BTreeMap::new();
+        if let Some(q) = queue {
+            out.entry(q.to_owned()).or_default();
+        }
+        for mut row in rows {
+            let q = text(&mut row, "queue")?;
+            let st = status(&mut row, "status")?;
+            let n = int8(&mut row, "count")?;
+            out.entry(q).or_default().add(st, n);
+        }
+        Ok(out)
+    }
+
+    /// Room left in `queue` under `max_depth` queued tasks (never negative).
+    pub async fn queue_depth(&self, queue: &str, max_depth: i64) -> Result<i64> {
+        non_empty("queue", queue)?;
+        if max_depth < 0 {
+            return Err(Error::invalid(format!("max_depth must not be negative, got {max_depth}")));
+        }
+        let row = run_opt(
+            &mut Autocommit(&self.exec),
+            Statement::QueueDepth,
+            vec![("max_depth", max_depth.into()), ("queue", queue.into())],
+        )
+        .await?;
+        match row {
+            Some(mut row) => int8(&mut row, "headroom"),
+            None => Ok(max_depth),
+        }
+    }
+
+    // ----- cancel, retry, purge -----
+
+    /// Cancels a queued task at once, or asks a running one to stop. `None`
+    /// when the task is missing or already finished.
+    pub async fn cancel(&self, id: &str) -> Result<Option<Task>> {
+        cancel(&mut Autocommit(&self.exec), id).await
+    }
+
+    /// Cancels the task a key names (see [`Store::cancel`]).
+    pub async fn cancel_by_key(&self, key: &str) -> Result<Option<Task>> {
+        non_empty("key", key)?;
+        let mut tx = self.exec.begin().await?;
+        let out = async {
+            match key_target(&mut tx, key).await? {
+                Some(id) => cancel(&mut tx, &id).await,
+                None => Ok(None),
+            }
+        }
+        .await;
+        finish(tx, out).await
+    }
+
+    /// Puts a failed or canceled task back in the queue, due now. `None` when
+    /// the task is missing or in another status.
+    pub async fn retry(&self, id: &str, reset_attempt: bool) -> Result<Option<Task>> {
+        retry(&mut Autocommit(&self.exec), id, reset_attempt).await
+    }
+
+    /// Retries the task a key names (see [`Store::retry`]).
+    pub async fn retry_by_key(&self, key: &str, reset_attempt: bool) -> Result<Option<Task>> {
+        non_empty("key", key)?;
+        let mut tx = self.exec.begin().await?;
+        let out = async {
+            match key_target(&mut tx, key).await? {
+                Some(id) => retry(&mut tx, &id, reset_attempt).await,
+                None => Ok(None),
+            }
+        }
+        .await;
+        finish(tx, out).await
+    }
+
+    /// Deletes up to `filter.limit` terminal tasks completed before the
+    /// cutoff, oldest first, and returns their ids. Their keys go with them.
+    pub async fn purge(&self, filter: &PurgeFilter) -> Result<Vec<String>> {
+        if filter.older_than_ms < 0 {
+            return Err(Error::invalid(format!(
+                "purge older_than_ms must not be negative, got {}",
+                filter.older_than_ms
+            )));
+        }
+        if filter.limit < 1 {
+            return Err(Error::invalid(format!("purge limit must be at least 1, got {}", filter.limit)));
+        }
+        if let Some(st) = filter.status.filter(|st| !st.is_terminal()) {
+            return Err(Error::invalid(format!(
+                "purge status must be succeeded, failed or canceled, got {st}"
+            )));
+        }
+        let binds: Binds = vec![
+            ("queue", filter.queue.as_deref().into()),
+            ("status", filter.status.map(TaskStatus::as_str).into()),
+            ("name", filter.name.as_deref().into()),
+            ("older_than_ms", filter.older_than_ms.into()),
+            ("limit", filter.limit.into()),
+        ];
+        run(&mut Autocommit(&self.exec), Statement::Purge, binds)
+            .await?
+            .into_iter()
+            .map(|mut row| text(&mut row, "id"))
+            .collect()
+    }
+
+    // ----- the worker's side -----
+
+    /// One claim pass: a cheap probe outside any transaction; if it finds
+    /// work, one transaction that recovers expired leases and then claims.
+    /// Rows come back in no particular order.
+    pub async fn claim(&self, req: &ClaimRequest) -> Result<Vec<Task>> {
+        non_empty("worker_id", &req.worker_id)?;
+        if req.lease_ms < 1 {
+            return Err(Error::invalid(format!("lease_ms must be at least 1, got {}", req.lease_ms)));
+        }
+        if req.limit <= 0 || req.queues.is_empty() || req.names.as_ref().is_some_and(Vec::is_empty) {
+            return Ok(Vec::new());
+        }
+        let probe: Binds =
+            vec![("queues", req.queues.clone().into()), ("names", req.names.clone().into())];
+        let claimable = match run_opt(&mut Autocommit(&self.exec), Statement::ClaimableProbe, probe).await? {
+            Some(mut row) => crate::task::opt_bool(&mut row, "claimable")?.unwrap_or(false),
+            None => false,
+        };
+        if !claimable {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.exec.begin().await?;
+        let out = async {
+            recover_leases(&mut tx).await?;
+            claim_draw(&mut tx, req).await
+        }
+        .await;
+        finish(tx, out).await
+    }
+
+    /// Extends a lease; [`Error::LostLease`] if the worker no longer holds it.
+    pub async fn heartbeat(&self, id: &str, worker_id: &str, lease_ms: i64) -> Result<Task> {
+        positive_lease(lease_ms)?;
+        let binds: Binds = vec![("lease_ms", lease_ms.into())];
+        owned(&mut Autocommit(&self.exec), Statement::Heartbeat, binds, id, worker_id).await
+    }
+
+    /// Extends every lease in `ids` at once. Returns the tasks still owned,
+    /// in the order of `ids`; a missing id is a lost lease.
+    pub async fn heartbeat_batch(&self, ids: &[String], worker_id: &str, lease_ms: i64) -> Result<Vec<Beat>> {
+        non_empty("worker_id", worker_id)?;
+        positive_lease(lease_ms)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let binds: Binds = vec![
+            ("lease_ms", lease_ms.into()),
+            ("ids", ids.to_vec().into()),
+            ("worker_id", worker_id.into()),
+        ];
+        let mut beats: Vec<Beat> = run(&mut Autocommit(&self.exec), Statement::HeartbeatBatch, binds)
+            .await?
+            .into_iter()
+            .map(|mut row| {
+                Ok(Beat {
+                    id: text(&mut row, "id")?,
+                    cancel_requested_at_ms: opt_int8(&mut row, "cancel_requested_at_ms")?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        beats.sort_by_key(|b| ids.iter().position(|id| *id == b.id));
+        Ok(beats)
+    }
+
+    /// Records progress (`[0, 1]`) and/or a message; `None` keeps a field.
+    pub async fn progress(
+        &self,
+        id: &str,
+        worker_id: &str,
+        progress: Option<f64>,
+        message: Option<&str>,
+    ) -> Result<Task> {
+        if let Some(p) = progress.filter(|p| !(0.0..=1.0).contains(p)) {
+            return Err(Error::invalid(format!("progress must be within [0, 1], got {p}")));
+        }
+        let binds: Binds = vec![("progress", progress.into()), ("message", message.into())];
+        owned(&mut Autocommit(&self.exec), Statement::Progress, binds, id, worker_id).await
+    }
+
+    /// Marks an owned task succeeded with `result` (a requested cancel does
+    /// not win here; workers settle with [`Store::complete`]).
+    pub async fn succeed(&self, id: &str, worker_id: &str, result: Json, message: Option<&str>) -> Result<Task> {
+        let binds: Binds = vec![("result", result.into()), ("message", message.into())];
+        owned(&mut Autocommit(&self.exec), Statement::Succeed, binds, id, worker_id).await
+    }
+
+    /// Settles an owned task: canceled if a cancel was requested, else
+    /// succeeded with `result`.
+    pub async fn complete(&self, id: &str, worker_id: &str, result: Json) -> Result<Task> {
+        complete(&mut Autocommit(&self.exec), id, worker_id, result).await
+    }
+
+    /// [`Store::complete`] inside the caller's transaction: the settlement
+    /// commits with the caller's other writes, or neither does. A lost lease
+    /// is reported before the caller commits.
+    pub async fn complete_in(&self, tx: &mut E::Transaction, id: &str, worker_id: &str, result: Json) -> Result<Task> {
+        complete(tx, id, worker_id, result).await
+    }
+
+    /// Records a failure: canceled if a cancel was requested; queued again
+    /// after `delay_ms` if retryable with attempts left; else failed.
+    pub async fn fail(&self, id: &str, worker_id: &str, failure: &Failure) -> Result<Task> {
+        if failure.delay_ms < 0 {
+            return Err(Error::invalid(format!("delay_ms must not be negative, got {}", failure.delay_ms)));
+        }
+        let binds: Binds = vec![
+            ("retryable", failure.retryable.into()),
+            ("error", failure.error.clone().into()),
+            ("delay_ms", failure.delay_ms.into()),
+        ];
+        owned(&mut Autocommit(&self.exec), Statement::Fail, binds, id, worker_id).await
+    }
+}
+
+// ----- shared steps, each written once for autocommit and transactions -----
+
+/// Commits on success, rolls back on error, and returns the outcome.
+async fn finish<T, X: PgTransaction>(tx: X, out: Result<T>) -> Result<T> {
+    match out {
+        Ok(v) => {
+            tx.commit().await?;
+            Ok(v)
+        }
+        Err(e) => {
+            // The operation's error is the one to report.
+            let _ = tx.rollback().await;
+            Err(e)
+        }
+    }
+}
+
+async fn insert<S: PgSession + ?Sized>(s: &mut S, t: &NewTask) -> Result<Task> {
+    let id = new_task_id();
+    let root_id = t.root_id.clone().unwrap_or_else(|| id.clone());
+    let binds: Binds = vec![
+        ("id", id.into()),
+        ("name", t.name.as_str().into()),
+        ("queue", t.queue.as_str().into()),
+        ("payload", t.payload.clone().into()),
+        ("metadata", t.metadata.clone().into()),
+        ("max_attempts", t.max_attempts.into()),
+        ("priority", t.priority.into()),
+        ("delay_ms", t.delay_ms.into()),
+        ("parent_id", t.parent_id.as_deref().into()),
+        ("root_id", root_id.into()),
+        ("correlation_id", t.correlation_id.as_deref().into()),
+    ];
+    task_opt(s, Statement::InsertTask, binds)
+        .await?
+        .ok_or_else(|| Error::Decode("insert_task returned no row".to_owned()))
+}
+
+async fn submit_keyed<S: PgSession + ?Sized>(s: &mut S, t: &NewTask) -> Result<Task> {
+    let key = t.key.as_deref().unwrap_or_default();
+    let existing = match key_target(s, key).await? {
+        Some(id) => task_opt(s, Statement::Get, vec![("id", id.into())]).await?,
+        None => None,
+    };
+    if let Some(current) = existing {
+        let live = !current.status.is_terminal();
+        match t.conflict {
+            Conflict::Reject => {
+                return Err(Error::AlreadyExists { key: key.to_owned(), task_id: current.id });
+            }
+            Conflict::Reuse | Conflict::ReuseSucceeded if live => return Ok(current),
+            Conflict::ReuseSucceeded if current.status == TaskStatus::Succeeded => return Ok(current),
+            _ if live => {
+                cancel(s, &current.id).await?;
+            }
+            _ => {}
+        }
+    }
+    let task = insert(s, t).await?;
+    run(s, Statement::UpsertKey, vec![("key", key.into()), ("task_id", task.id.as_str().into())]).await?;
+    Ok(task)
+}
+
+/// Takes the key's transaction lock and returns the task id it names.
+async fn key_target<S: PgSession + ?Sized>(s: &mut S, key: &str) -> Result<Option<String>> {
+    run(s, Statement::LockKey, vec![("key", key.into())]).await?;
+    match run_opt(s, Statement::GetKey, vec![("key", key.into())]).await? {
+        Some(mut row) => opt_text(&mut row, "task_id"),
+        None => Ok(None),
+    }
+}
+
+async fn cancel<S: PgSession + ?Sized>(s: &mut S, id: &str) -> Result<Option<Task>> {
+    task_opt(s, Statement::Cancel, vec![("id", id.into())]).await
+}
+
+async fn retry<S: PgSession + ?Sized>(s: &mut S, id: &str, reset_attempt: bool) -> Result<Option<Task>> {
+    task_opt(s, Statement::Retry, vec![("reset_attempt", reset_attempt.into()), ("id", id.into())]).await
+}
+
+async fn recover_leases<S: PgSession + ?Sized>(s: &mut S) -> Result<usize> {
+    let envelope = ErrorEnvelope::lease_expired().to_json();
+    let rows = run(s, Statement::RecoverLeases, vec![("lease_expired_error", envelope.into())]).await?;
+    if !rows.is_empty() {
+        tracing::info!(recovered = rows.len(), "recovered expired leases");
+    }
+    Ok(rows.len())
+}
+
+/// The claim draw, using the variant whose equality predicates let an index
+/// serve the claim order.
+async fn claim_draw<S: PgSession + ?Sized>(s: &mut S, req: &ClaimRequest) -> Result<Vec<Task>> {
+    let one_queue = match req.queues.as_slice() {
+        [q] => Some(q.as_str()),
+        _ => None,
+    };
+    let one_name = match req.names.as_deref() {
+        Some([n]) => Some(n.as_str()),
+        _ => None,
+    };
+    let mut binds: Binds = vec![
+        ("worker_id", req.worker_id.as_str().into()),
+        ("lease_ms", req.lease_ms.into()),
+        ("limit", req.limit.into()),
+    ];
+    let stmt = match (one_queue, one_name) {
+        (Some(q), Some(n)) => {
+            binds.extend([("queue", q.into()), ("name", n.into())]);
+            Statement::ClaimOneQueueOneName
+        }
+        (Some(q), None) => {
+            binds.extend([("queue", q.into()), ("names", req.names.clone().into())]);
+            Statement::ClaimOneQueue
+        }
+        (None, Some(n)) => {
+            binds.extend([("queues", req.queues.clone().into()), ("name", n.into())]);
+            Statement::ClaimOneName
+        }
+        (None, None) => {
+            binds.extend([("queues", req.queues.clone().into()), ("names", req.names.clone().into())]);
+            Statement::Claim
+        }
+    };
+    tasks(s, stmt, binds).await
+}
+
+async fn complete<S: PgSession + ?Sized>(s: &mut S, id: &str, worker_id: &str, result: Json) -> Result<Task> {
+    owned(s, Statement::Complete, vec![("result", result.into())], id, worker_id).await
+}
+
+/// An owned write: adds the ownership binds, and maps "no row" to LostLease.
+async fn owned<S: PgSession + ?Sized>(
+    s: &mut S,
+    stmt: Statement,
+    mut binds: Binds,
+    id: &str,
+    worker_id: &str,
+) -> Result<Task> {
+    non_empty("task id", id)?;
+    non_empty("worker_id", worker_id)?;
+    binds.extend([("id", Value::from(id)), ("worker_id", Value::from(worker_id))]);
+    task_opt(s, stmt, binds)
+        .await?
+        .ok_or_else(|| Error::LostLease { task_id: id.to_owned(), worker_id: worker_id.to_owned() })
+}
+
+fn positive_lease(lease_ms: i64) -> Result<()> {
+    if lease_ms < 1 {
+        Err(Error::invalid(format!("lease_ms must be at least 1, got {lease_ms}")))
+    } else {
+        Ok(())
+    }
+}
+
+async fn task_opt<S: PgSession + ?Sized>(s: &mut S, stmt: Statement, binds: Binds) -> Result<Option<Task>> {
+    run_opt(s, stmt, binds).await?.map(Task::from_row).transpose()
+}
+
+async fn tasks<S: PgSession + ?Sized>(s: &mut S, stmt: Statement, binds: Binds) -> Result<Vec<Task>> {
+    run(s, stmt, binds).await?.into_iter().map(Task::from_row).collect()
+}

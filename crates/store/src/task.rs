@@ -1,0 +1,353 @@
+//! Typed rows: tasks, statuses, the error envelope.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+
+use crate::error::{Error, Result};
+use crate::value::{Row, Value};
+
+/// The five statuses of protocol v1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskStatus {
+    /// Waiting to be claimed (possibly not yet due).
+    Queued,
+    /// Claimed by a worker that holds a lease.
+    Running,
+    /// Finished with a result.
+    Succeeded,
+    /// Finished with an error, no attempts left or not retryable.
+    Failed,
+    /// Canceled before or while running.
+    Canceled,
+}
+
+impl TaskStatus {
+    /// Every status, in protocol order.
+    pub const ALL: [TaskStatus; 5] = [
+        TaskStatus::Queued,
+        TaskStatus::Running,
+        TaskStatus::Succeeded,
+        TaskStatus::Failed,
+        TaskStatus::Canceled,
+    ];
+
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Queued => "queued",
+            TaskStatus::Running => "running",
+            TaskStatus::Succeeded => "succeeded",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Canceled => "canceled",
+        }
+    }
+
+    /// Whether the task has finished (succeeded, failed or canceled).
+    pub fn is_terminal(self) -> bool {
+        matches!(self, TaskStatus::Succeeded | TaskStatus::Failed | TaskStatus::Canceled)
+    }
+}
+
+impl fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for TaskStatus {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        TaskStatus::ALL.into_iter().find(|st| st.as_str() == s).ok_or_else(|| {
+            Error::invalid(format!(
+                "unknown task status {s:?}: expected queued, running, succeeded, failed or canceled"
+            ))
+        })
+    }
+}
+
+/// A task row. Field names are the table's column names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    /// `task_` + ULID.
+    pub id: String,
+    /// The handler name.
+    pub name: String,
+    /// The queue.
+    pub queue: String,
+    /// Where the task is in its life.
+    pub status: TaskStatus,
+    /// The input.
+    pub payload: Json,
+    /// The handler's result, once succeeded.
+    pub result: Option<Json>,
+    /// The error envelope of the last failure (see [`ErrorEnvelope`]).
+    pub error: Option<Json>,
+    /// Free-form metadata (a JSON object).
+    pub metadata: Json,
+    /// Progress in `[0, 1]`, as the handler last reported it.
+    pub progress: Option<f64>,
+    /// A message the handler last reported.
+    pub message: Option<String>,
+    /// Runs started so far (incremented by each claim).
+    pub attempt: i32,
+    /// Runs allowed.
+    pub max_attempts: i32,
+    /// Higher is claimed first.
+    pub priority: i32,
+    /// The worker running it (kept on terminal rows).
+    pub worker_id: Option<String>,
+    /// Lease deadline, epoch ms; set exactly while running.
+    pub lease_until_ms: Option<i64>,
+    /// When the task is due, epoch ms.
+    pub run_at_ms: i64,
+    /// When a cancel was requested while it ran, epoch ms.
+    pub cancel_requested_at_ms: Option<i64>,
+    /// The task that submitted this one.
+    pub parent_id: Option<String>,
+    /// The top of this task's tree (its own id for a top-level task).
+    pub root_id: Option<String>,
+    /// A caller-chosen id tying related tasks together.
+    pub correlation_id: Option<String>,
+    /// Insert time, epoch ms (database clock).
+    pub created_at_ms: i64,
+    /// Last write, epoch ms.
+    pub updated_at_ms: i64,
+    /// When it became terminal, epoch ms.
+    pub completed_at_ms: Option<i64>,
+}
+
+impl Task {
+    /// The stored error parsed as an envelope, when it has one of that shape.
+    pub fn error_envelope(&self) -> Option<ErrorEnvelope> {
+        self.error.clone().and_then(|e| serde_json::from_value(e).ok())
+    }
+
+    pub(crate) fn from_row(mut row: Row) -> Result<Task> {
+        let r = &mut row;
+        Ok(Task {
+            id: text(r, "id")?,
+            name: text(r, "name")?,
+            queue: text(r, "queue")?,
+            status: status(r, "status")?,
+            payload: json(r, "payload")?.unwrap_or(Json::Null),
+            result: json(r, "result")?,
+            error: json(r, "error")?,
+            metadata: json(r, "metadata")?.unwrap_or(Json::Null),
+            progress: opt_f64(r, "progress")?,
+            message: opt_text(r, "message")?,
+            attempt: int4(r, "attempt")?,
+            max_attempts: int4(r, "max_attempts")?,
+            priority: int4(r, "priority")?,
+            worker_id: opt_text(r, "worker_id")?,
+            lease_until_ms: opt_int8(r, "lease_until_ms")?,
+            run_at_ms: int8(r, "run_at_ms")?,
+            cancel_requested_at_ms: opt_int8(r, "cancel_requested_at_ms")?,
+            parent_id: opt_text(r, "parent_id")?,
+            root_id: opt_text(r, "root_id")?,
+            correlation_id: opt_text(r, "correlation_id")?,
+            created_at_ms: int8(r, "created_at_ms")?,
+            updated_at_ms: int8(r, "updated_at_ms")?,
+            completed_at_ms: opt_int8(r, "completed_at_ms")?,
+        })
+    }
+}
+
+/// The wait probe's answer: a task's id and status only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskState {
+    /// The task.
+    pub id: String,
+    /// Its status.
+    pub status: TaskStatus,
+}
+
+impl TaskState {
+    pub(crate) fn from_row(mut row: Row) -> Result<TaskState> {
+        Ok(TaskState { id: text(&mut row, "id")?, status: status(&mut row, "status")? })
+    }
+}
+
+/// One lease renewed by `heartbeat_batch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Beat {
+    /// The task, still owned by the worker.
+    pub id: String,
+    /// Set when someone asked for the task to stop.
+    pub cancel_requested_at_ms: Option<i64>,
+}
+
+/// Task counts of one queue, by status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusCounts {
+    /// Queued tasks (delayed ones included).
+    pub queued: i64,
+    /// Running tasks.
+    pub running: i64,
+    /// Succeeded tasks.
+    pub succeeded: i64,
+    /// Failed tasks.
+    pub failed: i64,
+    /// Canceled tasks.
+    pub canceled: i64,
+}
+
+impl StatusCounts {
+    /// The count for `status`.
+    pub fn get(&self, status: TaskStatus) -> i64 {
+        match status {
+            TaskStatus::Queued => self.queued,
+            TaskStatus::Running => self.running,
+            TaskStatus::Succeeded => self.succeeded,
+            TaskStatus::Failed => self.failed,
+            TaskStatus::Canceled => self.canceled,
+        }
+    }
+
+    pub(crate) fn add(&mut self, status: TaskStatus, n: i64) {
+        let slot = match status {
+            TaskStatus::Queued => &mut self.queued,
+            TaskStatus::Running => &mut self.running,
+            TaskStatus::Succeeded => &mut self.succeeded,
+            TaskStatus::Failed => &mut self.failed,
+            TaskStatus::Canceled => &mut self.canceled,
+        };
+        *slot += n;
+    }
+}
+
+/// Error codes of the protocol's envelope.
+pub mod codes {
+    /// The handler raised an error (retryable).
+    pub const HANDLER_ERROR: &str = "handler_error";
+    /// The handler raised a task error (retryable unless it says otherwise).
+    pub const TASK_ERROR: &str = "task_error";
+    /// No handler is registered for the task's name (permanent).
+    pub const NO_HANDLER: &str = "no_handler";
+    /// The handler ran past its time limit (retryable).
+    pub const HANDLER_TIMEOUT: &str = "handler_timeout";
+    /// The result could not be serialised (permanent).
+    pub const UNSERIALIZABLE_RESULT: &str = "unserializable_result";
+    /// The lease expired with no attempts left (permanent).
+    pub const LEASE_EXPIRED: &str = "lease_expired";
+}
+
+/// The error envelope stored in `error`: `{type, code, message, retryable, details}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorEnvelope {
+    /// The error's class name, such as `LeaseExpired`.
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// One of [`codes`], or a handler's own code.
+    #[serde(default)]
+    pub code: String,
+    /// Human-readable message.
+    #[serde(default)]
+    pub message: String,
+    /// Whether another attempt may succeed.
+    #[serde(default)]
+    pub retryable: bool,
+    /// Anything else.
+    #[serde(default)]
+    pub details: Json,
+}
+
+impl ErrorEnvelope {
+    /// An envelope with empty details.
+    pub fn new(kind: impl Into<String>, code: impl Into<String>, message: impl Into<String>, retryable: bool) -> Self {
+        ErrorEnvelope {
+            kind: kind.into(),
+            code: code.into(),
+            message: message.into(),
+            retryable,
+            details: Json::Object(Default::default()),
+        }
+    }
+
+    /// The envelope recover_leases writes when a lease expires on the last attempt.
+    pub fn lease_expired() -> Self {
+        ErrorEnvelope::new("LeaseExpired", codes::LEASE_EXPIRED, "task lease expired and max attempts reached", false)
+    }
+
+    /// As JSON, for the `error` column.
+    pub fn to_json(&self) -> Json {
+        serde_json::to_value(self).unwrap_or(Json::Null)
+    }
+}
+
+// Column decoders. Each names the column it failed on.
+
+fn take(row: &mut Row, col: &str) -> Result<Value> {
+    row.take(col).ok_or_else(|| Error::Decode(format!("column {col}: missing from the row")))
+}
+
+fn wrong(col: &str, want: &str, got: &Value) -> Error {
+    Error::Decode(format!("column {col}: expected {want}, got {}", got.kind()))
+}
+
+pub(crate) fn opt_text(row: &mut Row, col: &str) -> Result<Option<String>> {
+    match take(row, col)? {
+        Value::Null => Ok(None),
+        Value::Text(s) => Ok(Some(s)),
+        other => Err(wrong(col, "text", &other)),
+    }
+}
+
+pub(crate) fn text(row: &mut Row, col: &str) -> Result<String> {
+    opt_text(row, col)?.ok_or_else(|| Error::Decode(format!("column {col}: unexpected null")))
+}
+
+pub(crate) fn opt_int8(row: &mut Row, col: &str) -> Result<Option<i64>> {
+    match take(row, col)? {
+        Value::Null => Ok(None),
+        Value::Int8(n) => Ok(Some(n)),
+        Value::Int4(n) => Ok(Some(i64::from(n))),
+        other => Err(wrong(col, "int8", &other)),
+    }
+}
+
+pub(crate) fn int8(row: &mut Row, col: &str) -> Result<i64> {
+    opt_int8(row, col)?.ok_or_else(|| Error::Decode(format!("column {col}: unexpected null")))
+}
+
+fn int4(row: &mut Row, col: &str) -> Result<i32> {
+    let n = int8(row, col)?;
+    i32::try_from(n).map_err(|_| Error::Decode(format!("column {col}: {n} does not fit int4")))
+}
+
+fn opt_f64(row: &mut Row, col: &str) -> Result<Option<f64>> {
+    match take(row, col)? {
+        Value::Null => Ok(None),
+        Value::Float8(f) => Ok(Some(f)),
+        Value::Int4(n) => Ok(Some(f64::from(n))),
+        other => Err(wrong(col, "float8", &other)),
+    }
+}
+
+pub(crate) fn opt_bool(row: &mut Row, col: &str) -> Result<Option<bool>> {
+    match take(row, col)? {
+        Value::Null => Ok(None),
+        Value::Bool(b) => Ok(Some(b)),
+        other => Err(wrong(col, "bool", &other)),
+    }
+}
+
+fn json(row: &mut Row, col: &str) -> Result<Option<Json>> {
+    match take(row, col)? {
+        Value::Null => Ok(None),
+        Value::Jsonb(j) => Ok(Some(j)),
+        Value::Text(s) => serde_json::from_str(&s)
+            .map(Some)
+            .map_err(|e| Error::Decode(format!("column {col}: invalid json: {e}"))),
+        other => Err(wrong(col, "jsonb", &other)),
+    }
+}
+
+pub(crate) fn status(row: &mut Row, col: &str) -> Result<TaskStatus> {
+    let s = text(row, col)?;
+    s.parse().map_err(|_| Error::Decode(format!("column {col}: unknown status {s:?}")))
+}
