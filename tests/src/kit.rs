@@ -1,1 +1,396 @@
-//! placeholder
+//! The executor conformance kit: the store's whole contract, as cases that
+//! run against any [`PgExecutor`]. `store_contract!(make)` expands to one
+//! `#[tokio::test]` per case, each on a fresh schema, where `make` is an
+//! `async fn(&TestSchema) -> Store<E>`; every executor we ship and every
+//! adapter in these tests calls it.
+
+use std::time::Duration;
+
+use serde_json::json;
+use waymark_store::{
+    codes, ClaimRequest, Conflict, Error, ErrorEnvelope, Failure, ListFilter, NewTask, PgExecutor, PgSession,
+    PgTransaction, PurgeFilter, Store, TaskStatus,
+};
+
+/// Expands to one test per contract case for the executor `make` builds.
+#[macro_export]
+macro_rules! store_contract {
+    ($make:path) => {
+        $crate::store_contract!(@cases $make;
+            submit_defaults_and_reads,
+            bad_arguments_are_refused_with_a_clear_error,
+            submit_in_commits_and_rolls_back_with_the_caller,
+            complete_in_commits_with_the_callers_writes,
+            keyed_submit_strategies,
+            concurrent_keyed_submits_make_one_task,
+            claim_order_shapes_and_due_time,
+            expired_leases_are_recovered,
+            heartbeat_batch_reports_owned_tasks_in_order,
+            lost_lease_writes_change_nothing,
+            fail_retries_after_the_delay,
+            progress_keeps_what_is_not_given,
+            queue_depth_and_stats,
+            purge_takes_the_key_with_it,
+            migrate_is_idempotent,
+        );
+    };
+    (@cases $make:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let schema = $crate::TestSchema::new().await;
+                let store = $make(&schema).await;
+                $crate::kit::$case(&store).await;
+                schema.drop().await;
+            }
+        )*
+    };
+}
+
+fn claim(worker: &str) -> ClaimRequest {
+    ClaimRequest::new(worker, ["default"]).lease_ms(30_000)
+}
+
+async fn count_all<E: PgExecutor>(store: &Store<E>) -> usize {
+    store.list(&ListFilter { limit: 10_000, ..ListFilter::default() }).await.expect("list").len()
+}
+
+/// Defaults of a submit, and every read of one task.
+pub async fn submit_defaults_and_reads<E: PgExecutor>(store: &Store<E>) {
+    let t = store.submit(NewTask::new("echo", json!({"x": 1}))).await.expect("submit");
+    assert!(t.id.starts_with("task_") && t.id.len() == 31, "{}", t.id);
+    assert_eq!(t.status, TaskStatus::Queued);
+    assert_eq!((t.queue.as_str(), t.attempt, t.max_attempts, t.priority), ("default", 0, 3, 0));
+    assert_eq!(t.root_id.as_deref(), Some(t.id.as_str()), "a top-level task is its own root");
+    assert_eq!(t.metadata, json!({}));
+    assert_eq!(t.lease_until_ms, None);
+    assert!(t.run_at_ms >= t.created_at_ms);
+
+    assert_eq!(store.get(&t.id).await.expect("get"), Some(t.clone()));
+    assert_eq!(store.fetch(&t.id).await.expect("fetch"), t);
+    let state = store.get_status(&t.id).await.expect("status").expect("present");
+    assert_eq!((state.id.as_str(), state.status), (t.id.as_str(), TaskStatus::Queued));
+
+    assert_eq!(store.get("task_missing").await.expect("get"), None);
+    assert_eq!(store.get_status("task_missing").await.expect("status"), None);
+    let err = store.fetch("task_missing").await.expect_err("missing");
+    assert!(err.is_not_found(), "{err}");
+    assert_eq!(err.to_string(), "task task_missing not found");
+
+    let child = store
+        .submit(NewTask::new("child", json!(null)).parent_id(&t.id).root_id(&t.id).correlation_id("c1"))
+        .await
+        .expect("child");
+    assert_eq!(child.payload, json!(null));
+    let tree = store.list(&ListFilter { root_id: Some(t.id.clone()), ..Default::default() }).await.expect("list");
+    assert_eq!(tree.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(), [child.id.as_str(), t.id.as_str()]);
+}
+
+fn assert_invalid(result: Result<impl std::fmt::Debug, Error>, needle: &str) {
+    match result {
+        Err(Error::InvalidArgument(msg)) => assert!(msg.contains(needle), "message {msg:?} should name {needle:?}"),
+        other => panic!("expected InvalidArgument naming {needle:?}, got {other:?}"),
+    }
+}
+
+/// Every bad argument gets `InvalidArgument` naming what was wrong, and
+/// nothing is written.
+pub async fn bad_arguments_are_refused_with_a_clear_error<E: PgExecutor>(store: &Store<E>) {
+    assert_invalid(store.submit(NewTask::new("x", json!({})).delay_ms(-1)).await, "delay_ms must not be negative");
+    assert_invalid(store.submit(NewTask::new("x", json!({})).max_attempts(0)).await, "max_attempts must be at least 1");
+    assert_invalid(store.submit(NewTask::new("", json!({}))).await, "task name must not be empty");
+    assert_invalid(store.submit(NewTask::new("x", json!({})).queue("")).await, "queue must not be empty");
+    assert_invalid(store.submit(NewTask::new("x", json!({})).key("")).await, "key must not be empty");
+    assert_invalid(store.submit(NewTask::new("x", json!({})).metadata(json!([1]))).await, "metadata must be a JSON object");
+    assert_invalid("first-wins".parse::<Conflict>(), "unknown conflict strategy \"first-wins\"");
+    assert_invalid("done".parse::<TaskStatus>(), "unknown task status \"done\"");
+    let mut purge = PurgeFilter::older_than_ms(0);
+    purge.status = Some(TaskStatus::Running);
+    assert_invalid(store.purge(&purge).await, "purge status must be succeeded, failed or canceled, got running");
+    assert_invalid(store.purge(&PurgeFilter { limit: 0, ..PurgeFilter::older_than_ms(0) }).await, "purge limit");
+    assert_invalid(store.purge(&PurgeFilter::older_than_ms(-5)).await, "older_than_ms must not be negative");
+    assert_invalid(store.claim(&claim("w").lease_ms(0)).await, "lease_ms must be at least 1");
+    assert_invalid(store.claim(&ClaimRequest::new("", ["default"])).await, "worker_id must not be empty");
+    assert_invalid(store.heartbeat("task_x", "w", -1).await, "lease_ms must be at least 1");
+    assert_invalid(store.heartbeat_batch(&["task_x".to_owned()], "w", 0).await, "lease_ms must be at least 1");
+    assert_invalid(store.progress("task_x", "w", Some(1.5), None).await, "progress must be within [0, 1], got 1.5");
+    assert_invalid(store.progress("task_x", "w", Some(f64::NAN), None).await, "progress must be within [0, 1]");
+    assert_invalid(store.fail("task_x", "w", &Failure::new(json!({})).delay_ms(-10)).await, "delay_ms must not be negative");
+    assert_invalid(store.complete("", "w", json!(1)).await, "task id must not be empty");
+    assert_invalid(store.complete("task_x", "", json!(1)).await, "worker_id must not be empty");
+    assert_invalid(store.list(&ListFilter { limit: -1, ..Default::default() }).await, "list limit must not be negative");
+    assert_invalid(store.list(&ListFilter { offset: -1, ..Default::default() }).await, "list offset must not be negative");
+    assert_invalid(store.queue_depth("default", -1).await, "max_depth must not be negative");
+    assert_invalid(store.cancel_by_key("").await, "key must not be empty");
+    assert_invalid(store.retry_by_key("", false).await, "key must not be empty");
+    assert_eq!(count_all(store).await, 0, "a refused call must write nothing");
+}
+
+/// A submit inside the caller's transaction exists only if the caller commits.
+pub async fn submit_in_commits_and_rolls_back_with_the_caller<E: PgExecutor>(store: &Store<E>) {
+    let mut tx = store.executor().begin().await.expect("begin");
+    let gone = store.submit_in(&mut tx, NewTask::new("x", json!({}))).await.expect("submit_in");
+    let gone_keyed = store.submit_in(&mut tx, NewTask::new("x", json!({})).key("k1")).await.expect("keyed");
+    tx.rollback().await.expect("rollback");
+    assert_eq!(store.get(&gone.id).await.expect("get"), None);
+    assert_eq!(store.get_by_key("k1").await.expect("get"), None);
+    assert_eq!(store.get(&gone_keyed.id).await.expect("get"), None);
+
+    let mut tx = store.executor().begin().await.expect("begin");
+    let kept = store.submit_in(&mut tx, NewTask::new("x", json!({})).key("k1")).await.expect("keyed");
+    tx.commit().await.expect("commit");
+    assert_eq!(store.get_by_key("k1").await.expect("get").map(|t| t.id), Some(kept.id));
+}
+
+/// A settlement inside the caller's transaction commits with the caller's
+/// own writes, or neither does; a lost lease is reported before commit.
+pub async fn complete_in_commits_with_the_callers_writes<E: PgExecutor>(store: &Store<E>) {
+    store
+        .executor()
+        .execute_script("create table side_effect (task_id text not null)")
+        .await
+        .expect("side table");
+    let t = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
+    store.claim(&claim("w1")).await.expect("claim");
+
+    let mut tx = store.executor().begin().await.expect("begin");
+    tx.execute_script(&format!("insert into side_effect values ('{}')", t.id)).await.expect("insert");
+    store.complete_in(&mut tx, &t.id, "w1", json!({"n": 1})).await.expect("complete_in");
+    tx.rollback().await.expect("rollback");
+    assert_eq!(store.fetch(&t.id).await.expect("get").status, TaskStatus::Running, "rolled back together");
+
+    let mut tx = store.executor().begin().await.expect("begin");
+    tx.execute_script(&format!("insert into side_effect values ('{}')", t.id)).await.expect("insert");
+    let err = store.complete_in(&mut tx, &t.id, "thief", json!(0)).await.expect_err("not the owner");
+    assert!(err.is_lost_lease(), "{err}");
+    store.complete_in(&mut tx, &t.id, "w1", json!({"n": 2})).await.expect("complete_in");
+    tx.commit().await.expect("commit");
+    let done = store.fetch(&t.id).await.expect("get");
+    assert_eq!((done.status, done.result), (TaskStatus::Succeeded, Some(json!({"n": 2}))));
+    let rows = store.list(&ListFilter::default()).await.expect("list").len();
+    assert_eq!(rows, 1);
+    store.executor().execute_script("drop table side_effect").await.expect("drop");
+}
+
+/// The four conflict strategies in the states the scenarios do not cover.
+pub async fn keyed_submit_strategies<E: PgExecutor>(store: &Store<E>) {
+    let keyed = |conflict| NewTask::new("x", json!({})).key("K").conflict(conflict);
+    let first = store.submit(keyed(Conflict::Reject)).await.expect("first");
+    store.claim(&claim("w1")).await.expect("claim");
+    store.complete(&first.id, "w1", json!(1)).await.expect("complete");
+
+    // reject refuses even a finished task, naming it.
+    match store.submit(keyed(Conflict::Reject)).await {
+        Err(Error::AlreadyExists { key, task_id }) => assert_eq!((key.as_str(), task_id), ("K", first.id.clone())),
+        other => panic!("expected AlreadyExists, got {other:?}"),
+    }
+    // replace of a running task asks it to stop and repoints the key.
+    let second = store.submit(keyed(Conflict::Replace)).await.expect("replace finished");
+    assert_ne!(second.id, first.id);
+    assert_eq!(store.fetch(&first.id).await.expect("get").status, TaskStatus::Succeeded, "a settled task stays");
+    store.claim(&claim("w1")).await.expect("claim");
+    let third = store.submit(keyed(Conflict::Replace)).await.expect("replace running");
+    let old = store.fetch(&second.id).await.expect("get");
+    assert_eq!(old.status, TaskStatus::Running);
+    assert!(old.cancel_requested_at_ms.is_some(), "replace asks a running task to stop");
+    assert_eq!(store.get_by_key("K").await.expect("get").map(|t| t.id), Some(third.id.clone()));
+
+    // reuse-succeeded never hands back a failed task.
+    store.cancel(&third.id).await.expect("cancel");
+    let fourth = store.submit(keyed(Conflict::ReuseSucceeded)).await.expect("after cancel");
+    assert_ne!(fourth.id, third.id);
+    assert_eq!(fourth.status, TaskStatus::Queued);
+    let state = store.get_status_by_key("K").await.expect("status").expect("present");
+    assert_eq!(state.id, fourth.id);
+}
+
+/// Concurrent keyed submits serialise on the key: one task, one answer.
+pub async fn concurrent_keyed_submits_make_one_task<E: PgExecutor>(store: &Store<E>) {
+    let submits = (0..8).map(|_| store.submit(NewTask::new("x", json!({})).key("same")));
+    let results = futures::future::join_all(submits).await;
+    let ids: std::collections::BTreeSet<String> =
+        results.into_iter().map(|r| r.expect("submit").id).collect();
+    assert_eq!(ids.len(), 1, "every submit must return the one task: {ids:?}");
+    assert_eq!(count_all(store).await, 1);
+}
+
+/// Claim order (priority, then due time), every claim shape, delayed tasks.
+pub async fn claim_order_shapes_and_due_time<E: PgExecutor>(store: &Store<E>) {
+    let low = store.submit(NewTask::new("a", json!({})).priority(-1)).await.expect("low");
+    let high = store.submit(NewTask::new("a", json!({})).priority(5)).await.expect("high");
+    let mid = store.submit(NewTask::new("b", json!({}))).await.expect("mid");
+    let later = store.submit(NewTask::new("a", json!({})).delay_ms(60_000)).await.expect("delayed");
+    let other = store.submit(NewTask::new("a", json!({})).queue("q2")).await.expect("q2");
+
+    let order: Vec<String> = [
+        store.claim(&claim("w")).await.expect("1"),
+        store.claim(&claim("w")).await.expect("2"),
+        store.claim(&claim("w")).await.expect("3"),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|t| t.id)
+    .collect();
+    assert_eq!(order, [high.id.clone(), mid.id.clone(), low.id.clone()], "priority first, then due time");
+    assert!(store.claim(&claim("w").limit(10)).await.expect("none due").is_empty(), "delayed task is not due");
+    assert_eq!(store.fetch(&later.id).await.expect("get").status, TaskStatus::Queued);
+
+    // one name across two queues, and several queues with names.
+    let c = store.claim(&ClaimRequest::new("w", ["default", "q2"]).names(["a"]).limit(10)).await.expect("claim");
+    assert_eq!(c.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [other.id.as_str()]);
+    assert_eq!((c[0].attempt, c[0].worker_id.as_deref()), (1, Some("w")));
+    assert!(c[0].lease_until_ms.expect("lease") > c[0].updated_at_ms);
+    let more = store.submit(NewTask::new("b", json!({})).queue("q2")).await.expect("b");
+    let c = store.claim(&ClaimRequest::new("w", ["default", "q2"]).names(["b", "c"]).limit(10)).await.expect("c");
+    assert_eq!(c.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [more.id.as_str()]);
+    assert!(store.claim(&claim("w").limit(0)).await.expect("limit 0").is_empty());
+    assert!(store.claim(&ClaimRequest::new("w", Vec::<String>::new())).await.expect("no queues").is_empty());
+}
+
+/// recover_leases requeues, fails (with the lease_expired envelope) or
+/// cancels expired tasks on the next claim pass.
+pub async fn expired_leases_are_recovered<E: PgExecutor>(store: &Store<E>) {
+    let last = store.submit(NewTask::new("x", json!({})).max_attempts(1)).await.expect("last");
+    let retried = store.submit(NewTask::new("x", json!({})).max_attempts(2)).await.expect("retried");
+    let canceled = store.submit(NewTask::new("x", json!({})).max_attempts(2)).await.expect("canceled");
+    assert_eq!(store.claim(&claim("w1").lease_ms(100).limit(3)).await.expect("claim").len(), 3);
+    store.progress(&retried.id, "w1", Some(0.5), Some("half")).await.expect("progress");
+    store.cancel(&canceled.id).await.expect("cancel");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+
+    let again = store.claim(&ClaimRequest::new("w2", ["none"])).await.expect("claim pass");
+    assert!(again.is_empty(), "a pass on another queue still recovers");
+    let failed = store.fetch(&last.id).await.expect("get");
+    assert_eq!(failed.status, TaskStatus::Failed);
+    assert_eq!(failed.error_envelope(), Some(ErrorEnvelope::lease_expired()));
+    assert_eq!(failed.error_envelope().map(|e| e.code), Some(codes::LEASE_EXPIRED.to_owned()));
+    assert!(failed.completed_at_ms.is_some() && failed.lease_until_ms.is_none());
+    assert_eq!(failed.worker_id.as_deref(), Some("w1"), "worker kept on terminal rows");
+
+    let requeued = store.fetch(&retried.id).await.expect("get");
+    assert_eq!((requeued.status, requeued.attempt), (TaskStatus::Queued, 1));
+    assert_eq!((requeued.worker_id, requeued.progress, requeued.message), (None, None, None));
+    assert_eq!(requeued.lease_until_ms, None);
+
+    assert_eq!(store.fetch(&canceled.id).await.expect("get").status, TaskStatus::Canceled);
+}
+
+/// heartbeat_batch answers in the order asked, leaves out what is lost, and
+/// shows cancel requests.
+pub async fn heartbeat_batch_reports_owned_tasks_in_order<E: PgExecutor>(store: &Store<E>) {
+    for _ in 0..3 {
+        store.submit(NewTask::new("x", json!({}))).await.expect("submit");
+    }
+    let mut ids: Vec<String> = store.claim(&claim("w1").limit(3)).await.expect("claim").into_iter().map(|t| t.id).collect();
+    ids.sort();
+    ids.reverse();
+    store.cancel(&ids[1]).await.expect("cancel");
+    let mut asked = ids.clone();
+    asked.insert(1, "task_not_mine".to_owned());
+    let beats = store.heartbeat_batch(&asked, "w1", 60_000).await.expect("beat");
+    assert_eq!(beats.iter().map(|b| b.id.clone()).collect::<Vec<_>>(), ids);
+    assert_eq!(beats.iter().map(|b| b.cancel_requested_at_ms.is_some()).collect::<Vec<_>>(), [false, true, false]);
+    assert!(store.heartbeat_batch(&ids, "w2", 60_000).await.expect("beat").is_empty());
+    assert!(store.heartbeat_batch(&[], "w1", 60_000).await.expect("empty").is_empty());
+    let t = store.heartbeat(&ids[0], "w1", 90_000).await.expect("heartbeat");
+    assert!(t.lease_until_ms.expect("lease") >= t.updated_at_ms + 90_000);
+}
+
+/// Once another worker holds the task, the old owner's writes are no-ops
+/// reported as LostLease.
+pub async fn lost_lease_writes_change_nothing<E: PgExecutor>(store: &Store<E>) {
+    let t = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
+    store.claim(&claim("w1").lease_ms(50)).await.expect("claim");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let c = store.claim(&claim("w2")).await.expect("reclaim");
+    assert_eq!(c.len(), 1);
+    let before = store.fetch(&t.id).await.expect("get");
+    for err in [
+        store.complete(&t.id, "w1", json!(1)).await.expect_err("complete"),
+        store.succeed(&t.id, "w1", json!(1), None).await.expect_err("succeed"),
+        store.fail(&t.id, "w1", &Failure::new(json!({}))).await.expect_err("fail"),
+        store.progress(&t.id, "w1", Some(0.1), None).await.expect_err("progress"),
+        store.heartbeat(&t.id, "w1", 1000).await.expect_err("heartbeat"),
+    ] {
+        assert!(err.is_lost_lease(), "{err}");
+        assert_eq!(err.task_id(), Some(t.id.as_str()));
+    }
+    assert_eq!(store.fetch(&t.id).await.expect("get"), before, "nothing changed");
+}
+
+/// A retryable failure comes back after its delay, keeping its error.
+pub async fn fail_retries_after_the_delay<E: PgExecutor>(store: &Store<E>) {
+    let t = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
+    store.claim(&claim("w1")).await.expect("claim");
+    let envelope = ErrorEnvelope::new("Timeout", codes::HANDLER_ERROR, "upstream slow", true).to_json();
+    let f = store.fail(&t.id, "w1", &Failure::new(envelope.clone()).delay_ms(60_000)).await.expect("fail");
+    assert_eq!((f.status, f.error.clone(), f.worker_id.clone()), (TaskStatus::Queued, Some(envelope.clone()), None));
+    assert!(f.run_at_ms >= f.updated_at_ms + 60_000);
+    assert!(store.claim(&claim("w2")).await.expect("claim").is_empty(), "not due before its delay");
+
+    let p = store.submit(NewTask::new("y", json!({}))).await.expect("submit");
+    store.claim(&ClaimRequest::new("w1", ["default"]).names(["y"])).await.expect("claim");
+    let f = store.fail(&p.id, "w1", &Failure::new(envelope).retryable(false)).await.expect("fail");
+    assert_eq!(f.status, TaskStatus::Failed, "not retryable means failed with attempts left");
+    let r = store.retry(&p.id, false).await.expect("retry").expect("retried");
+    assert_eq!((r.status, r.attempt, r.error, r.completed_at_ms), (TaskStatus::Queued, 1, None, None));
+    assert_eq!(store.retry(&p.id, false).await.expect("retry queued"), None, "only failed or canceled retry");
+}
+
+/// progress with a null leaves that field alone.
+pub async fn progress_keeps_what_is_not_given<E: PgExecutor>(store: &Store<E>) {
+    let t = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
+    store.claim(&claim("w1")).await.expect("claim");
+    store.progress(&t.id, "w1", Some(0.25), Some("reading")).await.expect("progress");
+    let p = store.progress(&t.id, "w1", None, Some("writing")).await.expect("progress");
+    assert_eq!((p.progress, p.message.as_deref()), (Some(0.25), Some("writing")));
+    let p = store.progress(&t.id, "w1", Some(0.5), None).await.expect("progress");
+    assert_eq!((p.progress, p.message.as_deref()), (Some(0.5), Some("writing")));
+    let s = store.succeed(&t.id, "w1", json!("ok"), None).await.expect("succeed");
+    assert_eq!((s.progress, s.message.as_deref(), s.lease_until_ms), (Some(1.0), Some("writing"), None));
+}
+
+/// queue_depth counts queued rows (delayed included) against the bound.
+pub async fn queue_depth_and_stats<E: PgExecutor>(store: &Store<E>) {
+    for delay in [0, 0, 60_000] {
+        store.submit(NewTask::new("x", json!({})).queue("d").delay_ms(delay)).await.expect("submit");
+    }
+    assert_eq!(store.queue_depth("d", 5).await.expect("depth"), 2);
+    assert_eq!(store.queue_depth("d", 2).await.expect("depth"), 0, "never negative");
+    assert_eq!(store.queue_depth("empty", 7).await.expect("depth"), 7);
+    let stats = store.stats(None).await.expect("stats");
+    assert_eq!(stats.keys().collect::<Vec<_>>(), ["d"]);
+    assert_eq!(stats["d"].get(TaskStatus::Queued), 3);
+    assert_eq!(stats["d"].get(TaskStatus::Failed), 0);
+}
+
+/// purge deletes only old enough terminal rows, oldest first, and the key
+/// pointing at a purged task goes too, freeing it.
+pub async fn purge_takes_the_key_with_it<E: PgExecutor>(store: &Store<E>) {
+    let t = store.submit(NewTask::new("x", json!({})).key("pk")).await.expect("submit");
+    store.claim(&claim("w1")).await.expect("claim");
+    store.complete(&t.id, "w1", json!(1)).await.expect("complete");
+    let live = store.submit(NewTask::new("x", json!({}))).await.expect("live");
+    assert!(store.purge(&PurgeFilter::older_than_ms(3_600_000)).await.expect("purge").is_empty());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut by_queue = PurgeFilter::older_than_ms(0);
+    by_queue.queue = Some("elsewhere".to_owned());
+    assert!(store.purge(&by_queue).await.expect("purge").is_empty(), "queue filter");
+    assert_eq!(store.purge(&PurgeFilter::older_than_ms(0)).await.expect("purge"), [t.id.clone()]);
+    assert_eq!(store.get_by_key("pk").await.expect("key"), None);
+    assert!(store.get(&live.id).await.expect("live").is_some());
+    let fresh = store.submit(NewTask::new("x", json!({})).key("pk").conflict(Conflict::Reject)).await.expect("free");
+    assert_ne!(fresh.id, t.id);
+}
+
+/// A second migrate applies nothing and the ledger reads fully applied.
+pub async fn migrate_is_idempotent<E: PgExecutor>(store: &Store<E>) {
+    let report = store.migrate().await.expect("migrate");
+    assert!(report.applied.is_empty(), "{report:?}");
+    assert_eq!(report.skipped, 10);
+    let status = store.migration_status().await.expect("status");
+    assert_eq!(status.len(), 10);
+    assert!(status.iter().all(|m| m.applied_at_ms.is_some()), "{status:?}");
+    assert_eq!(status[2].name, "0003_notify.sql");
+    store.check_protocol_version().await.expect("version 1");
+}

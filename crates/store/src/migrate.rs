@@ -84,7 +84,7 @@ pub(crate) async fn guard_schema<E: PgExecutor>(exec: &E, schema: Option<&str>) 
 /// exclusive lock, so concurrent migrators (waymark or any cairnq SDK) apply
 /// each file exactly once.
 pub(crate) async fn migrate<E: PgExecutor>(exec: &E) -> Result<MigrationReport> {
-    run(&mut Autocommit(exec), Statement::LedgerCreate, vec![]).await?;
+    create_ledger(exec).await?;
     let mut report = MigrationReport::default();
     for m in migrations() {
         let mut tx = exec.begin().await?;
@@ -108,6 +108,16 @@ pub(crate) async fn migrate<E: PgExecutor>(exec: &E) -> Result<MigrationReport> 
         }
     }
     Ok(report)
+}
+
+/// `create table if not exists` is not atomic against a concurrent creator:
+/// the loser of the race gets a unique violation (23505) or "already
+/// exists" (42P07). Either means the ledger is there, which is all we need.
+async fn create_ledger<E: PgExecutor>(exec: &E) -> Result<()> {
+    match run(&mut Autocommit(exec), Statement::LedgerCreate, vec![]).await {
+        Err(e) if matches!(e.sqlstate(), Some("23505") | Some("42P07")) => Ok(()),
+        other => other.map(|_| ()),
+    }
 }
 
 async fn apply_one<S: PgSession + ?Sized>(tx: &mut S, name: &'static str, sql: &str) -> Result<bool> {
