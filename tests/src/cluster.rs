@@ -45,8 +45,8 @@ pub fn ensure_throwaway() -> Result<String, String> {
     if port_open(port) {
         return Ok(url);
     }
-    let root = target_dir().join("waymark-pg");
-    fs::create_dir_all(&root).map_err(|e| format!("creating {}: {e}", root.display()))?;
+    let as_root = is_root();
+    let root = cluster_root(as_root)?;
     // One process sets the cluster up; others wait on the lock, then find it up.
     let lock = File::create(root.join("setup.lock")).map_err(|e| format!("lock file: {e}"))?;
     lock.lock().map_err(|e| format!("locking {}: {e}", root.display()))?;
@@ -55,14 +55,16 @@ pub fn ensure_throwaway() -> Result<String, String> {
     }
     let bin = pg_bindir()?;
     let data = root.join("data");
-    let as_root = is_root();
-    if as_root {
-        run(Command::new("chown").args(["-R", "postgres:postgres"]).arg(&root))?;
-    }
     if !data.join("PG_VERSION").exists() {
         let _ = fs::remove_dir_all(&data);
         let mut initdb = pg_command(&bin.join("initdb"), as_root);
-        initdb.args(["-D"]).arg(&data).args(["-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-sync"]);
+        initdb.args(["-D"]).arg(&data).args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--no-sync",
+        ]);
         run(&mut initdb)?;
     }
     let log = root.join("server.log");
@@ -87,13 +89,46 @@ pub fn ensure_throwaway() -> Result<String, String> {
     Ok(url)
 }
 
+/// Where the cluster lives: `target/waymark-pg`, or, when the `postgres` user
+/// cannot reach that (a checkout under a private home directory), a folder
+/// under the system temp directory named after this checkout.
+fn cluster_root(as_root: bool) -> Result<PathBuf, String> {
+    let preferred = target_dir().join("waymark-pg");
+    let fallback = std::env::temp_dir().join(format!("waymark-pg-{:x}", path_hash(&target_dir())));
+    for root in [preferred, fallback] {
+        fs::create_dir_all(&root).map_err(|e| format!("creating {}: {e}", root.display()))?;
+        if !as_root {
+            return Ok(root);
+        }
+        run(Command::new("chown").args(["-R", "postgres:postgres"]).arg(&root))?;
+        let reachable = Command::new("runuser")
+            .args(["-u", "postgres", "--", "test", "-w"])
+            .arg(&root)
+            .status()
+            .is_ok_and(|s| s.success());
+        if reachable {
+            return Ok(root);
+        }
+    }
+    Err("the postgres user can reach neither target/waymark-pg nor the temp directory".to_owned())
+}
+
+fn path_hash(path: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    path.hash(&mut h);
+    h.finish()
+}
+
 /// The directory of the newest installed PostgreSQL server binaries.
 pub fn pg_bindir() -> Result<PathBuf, String> {
     if let Ok(dir) = std::env::var("WAYMARK_PG_BINDIR") {
         return Ok(PathBuf::from(dir));
     }
     let mut found: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
-        .map_err(|e| format!("no PostgreSQL server binaries under /usr/lib/postgresql ({e}); install postgresql"))?
+        .map_err(|e| {
+            format!("no PostgreSQL server binaries under /usr/lib/postgresql ({e}); install postgresql")
+        })?
         .filter_map(|entry| {
             let entry = entry.ok()?;
             let version = entry.file_name().to_string_lossy().parse().ok()?;

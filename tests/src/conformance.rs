@@ -34,13 +34,13 @@ pub fn load_scenarios(dir: &Path) -> Result<Vec<Scenario>, String> {
     paths
         .into_iter()
         .map(|path| {
-            let text = std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-            let doc: Json = serde_json::from_str(&text).map_err(|e| format!("parsing {}: {e}", path.display()))?;
-            let name = doc
-                .get("name")
-                .and_then(Json::as_str)
-                .map(str::to_owned)
-                .unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+            let doc: Json =
+                serde_json::from_str(&text).map_err(|e| format!("parsing {}: {e}", path.display()))?;
+            let name = doc.get("name").and_then(Json::as_str).map(str::to_owned).unwrap_or_else(|| {
+                path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+            });
             let steps = doc
                 .get("steps")
                 .and_then(Json::as_array)
@@ -62,7 +62,11 @@ pub async fn run_scenario<E: PgExecutor>(store: &Store<E>, scenario: &Scenario) 
     Ok(())
 }
 
-async fn run_step<E: PgExecutor>(store: &Store<E>, step: &Json, saved: &mut HashMap<String, Json>) -> Result<(), String> {
+async fn run_step<E: PgExecutor>(
+    store: &Store<E>,
+    step: &Json,
+    saved: &mut HashMap<String, Json>,
+) -> Result<(), String> {
     let op = step.get("op").and_then(Json::as_str).ok_or("step has no \"op\"")?;
     let raw_args = step.get("args").cloned().unwrap_or_else(|| json!({}));
     let args = resolve(&raw_args, saved);
@@ -166,7 +170,10 @@ fn check(spec: &Json, target: &Json, saved: &HashMap<String, Json>) -> Result<()
     if let Some(n) = spec.get("length").and_then(Json::as_u64) {
         let len = target.as_array().map(Vec::len);
         if len != Some(n as usize) {
-            return Err(format!("expected length {n}, got {}", len.map_or("no array".to_owned(), |l| l.to_string())));
+            return Err(format!(
+                "expected length {n}, got {}",
+                len.map_or("no array".to_owned(), |l| l.to_string())
+            ));
         }
     }
     for (key, want_null) in [("notNull", false), ("isNull", true)] {
@@ -174,7 +181,10 @@ fn check(spec: &Json, target: &Json, saved: &HashMap<String, Json>) -> Result<()
             let name = name.as_str().unwrap_or_default();
             let got = field(name);
             if got.is_null() != want_null {
-                return Err(format!("{name}: expected {}, got {got}", if want_null { "null" } else { "not null" }));
+                return Err(format!(
+                    "{name}: expected {}, got {got}",
+                    if want_null { "null" } else { "not null" }
+                ));
             }
         }
     }
@@ -218,7 +228,9 @@ impl Args {
     fn int(&self, name: &str) -> Result<Option<i64>, String> {
         match self.get(name) {
             None => Ok(None),
-            Some(v) => v.as_i64().map(Some).ok_or_else(|| format!("argument {name} must be an integer, got {v}")),
+            Some(v) => {
+                v.as_i64().map(Some).ok_or_else(|| format!("argument {name} must be an integer, got {v}"))
+            }
         }
     }
 
@@ -231,14 +243,18 @@ impl Args {
     fn float(&self, name: &str) -> Result<Option<f64>, String> {
         match self.get(name) {
             None => Ok(None),
-            Some(v) => v.as_f64().map(Some).ok_or_else(|| format!("argument {name} must be a number, got {v}")),
+            Some(v) => {
+                v.as_f64().map(Some).ok_or_else(|| format!("argument {name} must be a number, got {v}"))
+            }
         }
     }
 
     fn bool(&self, name: &str) -> Result<Option<bool>, String> {
         match self.get(name) {
             None => Ok(None),
-            Some(v) => v.as_bool().map(Some).ok_or_else(|| format!("argument {name} must be a boolean, got {v}")),
+            Some(v) => {
+                v.as_bool().map(Some).ok_or_else(|| format!("argument {name} must be a boolean, got {v}"))
+            }
         }
     }
 
@@ -247,7 +263,9 @@ impl Args {
             None => Ok(None),
             Some(Json::Array(items)) => items
                 .iter()
-                .map(|v| v.as_str().map(str::to_owned).ok_or_else(|| format!("argument {name} must hold strings")))
+                .map(|v| {
+                    v.as_str().map(str::to_owned).ok_or_else(|| format!("argument {name} must hold strings"))
+                })
                 .collect::<Result<Vec<_>, _>>()
                 .map(Some),
             Some(other) => Err(format!("argument {name} must be an array of strings, got {other}")),
@@ -316,10 +334,13 @@ async fn perform<E: PgExecutor>(store: &Store<E>, op: &str, a: &Args) -> Result<
         }
         "cancel" => store.cancel(&a.req_str("id")?).await.map(to_json),
         "cancel_by_key" => store.cancel_by_key(&a.req_str("key")?).await.map(to_json),
-        "retry" => store.retry(&a.req_str("id")?, a.bool("reset_attempt")?.unwrap_or(false)).await.map(to_json),
-        "retry_by_key" => {
-            store.retry_by_key(&a.req_str("key")?, a.bool("reset_attempt")?.unwrap_or(false)).await.map(to_json)
+        "retry" => {
+            store.retry(&a.req_str("id")?, a.bool("reset_attempt")?.unwrap_or(false)).await.map(to_json)
         }
+        "retry_by_key" => store
+            .retry_by_key(&a.req_str("key")?, a.bool("reset_attempt")?.unwrap_or(false))
+            .await
+            .map(to_json),
         "purge" => {
             let mut filter = PurgeFilter::older_than_ms(a.int("older_than_ms")?.unwrap_or(0));
             filter.queue = a.str("queue")?;
@@ -329,7 +350,8 @@ async fn perform<E: PgExecutor>(store: &Store<E>, op: &str, a: &Args) -> Result<
             store.purge(&filter).await.map(to_json)
         }
         "claim" => {
-            let mut req = ClaimRequest::new(a.req_str("worker_id")?, a.strings("queues")?.unwrap_or_default());
+            let mut req =
+                ClaimRequest::new(a.req_str("worker_id")?, a.strings("queues")?.unwrap_or_default());
             req.names = a.strings("names")?;
             req.lease_ms = a.int("lease_ms")?.unwrap_or(req.lease_ms);
             req.limit = a.int("limit")?.unwrap_or(req.limit);
@@ -348,7 +370,12 @@ async fn perform<E: PgExecutor>(store: &Store<E>, op: &str, a: &Args) -> Result<
             .await
             .map(to_json),
         "progress" => store
-            .progress(&a.req_str("id")?, &a.req_str("worker_id")?, a.float("progress")?, a.str("message")?.as_deref())
+            .progress(
+                &a.req_str("id")?,
+                &a.req_str("worker_id")?,
+                a.float("progress")?,
+                a.str("message")?.as_deref(),
+            )
             .await
             .map(to_json),
         "succeed" => store

@@ -23,9 +23,8 @@ pub fn url_with_database(url: &str, database: &str) -> String {
 
 /// A connection for admin statements on `url`.
 pub async fn admin_client(url: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(url, NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
+    let (client, conn) =
+        tokio_postgres::connect(url, NoTls).await.unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -70,7 +69,11 @@ impl TestSchema {
         }
         let url = url_with_database(&server, SHARED_DATABASE);
         let schema = unique("t");
-        admin_client(&url).await.batch_execute(&format!("create schema {schema}")).await.expect("create schema");
+        admin_client(&url)
+            .await
+            .batch_execute(&format!("create schema {schema}"))
+            .await
+            .expect("create schema");
         TestSchema { url, schema }
     }
 
@@ -118,6 +121,9 @@ mod tests {
     fn database_is_replaced_in_urls() {
         assert_eq!(url_with_database("postgres://u@h:1/postgres", "x"), "postgres://u@h:1/x");
         assert_eq!(url_with_database("postgres://u@h:1", "x"), "postgres://u@h:1/x");
-        assert_eq!(url_with_database("postgres://u@h/db?sslmode=disable", "x"), "postgres://u@h/x?sslmode=disable");
+        assert_eq!(
+            url_with_database("postgres://u@h/db?sslmode=disable", "x"),
+            "postgres://u@h/x?sslmode=disable"
+        );
     }
 }

@@ -82,13 +82,16 @@ pub async fn submit_defaults_and_reads<E: PgExecutor>(store: &Store<E>) {
         .await
         .expect("child");
     assert_eq!(child.payload, json!(null));
-    let tree = store.list(&ListFilter { root_id: Some(t.id.clone()), ..Default::default() }).await.expect("list");
+    let tree =
+        store.list(&ListFilter { root_id: Some(t.id.clone()), ..Default::default() }).await.expect("list");
     assert_eq!(tree.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(), [child.id.as_str(), t.id.as_str()]);
 }
 
 fn assert_invalid(result: Result<impl std::fmt::Debug, Error>, needle: &str) {
     match result {
-        Err(Error::InvalidArgument(msg)) => assert!(msg.contains(needle), "message {msg:?} should name {needle:?}"),
+        Err(Error::InvalidArgument(msg)) => {
+            assert!(msg.contains(needle), "message {msg:?} should name {needle:?}")
+        }
         other => panic!("expected InvalidArgument naming {needle:?}, got {other:?}"),
     }
 }
@@ -96,30 +99,63 @@ fn assert_invalid(result: Result<impl std::fmt::Debug, Error>, needle: &str) {
 /// Every bad argument gets `InvalidArgument` naming what was wrong, and
 /// nothing is written.
 pub async fn bad_arguments_are_refused_with_a_clear_error<E: PgExecutor>(store: &Store<E>) {
-    assert_invalid(store.submit(NewTask::new("x", json!({})).delay_ms(-1)).await, "delay_ms must not be negative");
-    assert_invalid(store.submit(NewTask::new("x", json!({})).max_attempts(0)).await, "max_attempts must be at least 1");
+    assert_invalid(
+        store.submit(NewTask::new("x", json!({})).delay_ms(-1)).await,
+        "delay_ms must not be negative",
+    );
+    assert_invalid(
+        store.submit(NewTask::new("x", json!({})).max_attempts(0)).await,
+        "max_attempts must be at least 1",
+    );
     assert_invalid(store.submit(NewTask::new("", json!({}))).await, "task name must not be empty");
     assert_invalid(store.submit(NewTask::new("x", json!({})).queue("")).await, "queue must not be empty");
     assert_invalid(store.submit(NewTask::new("x", json!({})).key("")).await, "key must not be empty");
-    assert_invalid(store.submit(NewTask::new("x", json!({})).metadata(json!([1]))).await, "metadata must be a JSON object");
+    assert_invalid(
+        store.submit(NewTask::new("x", json!({})).metadata(json!([1]))).await,
+        "metadata must be a JSON object",
+    );
     assert_invalid("first-wins".parse::<Conflict>(), "unknown conflict strategy \"first-wins\"");
     assert_invalid("done".parse::<TaskStatus>(), "unknown task status \"done\"");
     let mut purge = PurgeFilter::older_than_ms(0);
     purge.status = Some(TaskStatus::Running);
-    assert_invalid(store.purge(&purge).await, "purge status must be succeeded, failed or canceled, got running");
-    assert_invalid(store.purge(&PurgeFilter { limit: 0, ..PurgeFilter::older_than_ms(0) }).await, "purge limit");
+    assert_invalid(
+        store.purge(&purge).await,
+        "purge status must be succeeded, failed or canceled, got running",
+    );
+    assert_invalid(
+        store.purge(&PurgeFilter { limit: 0, ..PurgeFilter::older_than_ms(0) }).await,
+        "purge limit",
+    );
     assert_invalid(store.purge(&PurgeFilter::older_than_ms(-5)).await, "older_than_ms must not be negative");
     assert_invalid(store.claim(&claim("w").lease_ms(0)).await, "lease_ms must be at least 1");
     assert_invalid(store.claim(&ClaimRequest::new("", ["default"])).await, "worker_id must not be empty");
     assert_invalid(store.heartbeat("task_x", "w", -1).await, "lease_ms must be at least 1");
-    assert_invalid(store.heartbeat_batch(&["task_x".to_owned()], "w", 0).await, "lease_ms must be at least 1");
-    assert_invalid(store.progress("task_x", "w", Some(1.5), None).await, "progress must be within [0, 1], got 1.5");
-    assert_invalid(store.progress("task_x", "w", Some(f64::NAN), None).await, "progress must be within [0, 1]");
-    assert_invalid(store.fail("task_x", "w", &Failure::new(json!({})).delay_ms(-10)).await, "delay_ms must not be negative");
+    assert_invalid(
+        store.heartbeat_batch(&["task_x".to_owned()], "w", 0).await,
+        "lease_ms must be at least 1",
+    );
+    assert_invalid(
+        store.progress("task_x", "w", Some(1.5), None).await,
+        "progress must be within [0, 1], got 1.5",
+    );
+    assert_invalid(
+        store.progress("task_x", "w", Some(f64::NAN), None).await,
+        "progress must be within [0, 1]",
+    );
+    assert_invalid(
+        store.fail("task_x", "w", &Failure::new(json!({})).delay_ms(-10)).await,
+        "delay_ms must not be negative",
+    );
     assert_invalid(store.complete("", "w", json!(1)).await, "task id must not be empty");
     assert_invalid(store.complete("task_x", "", json!(1)).await, "worker_id must not be empty");
-    assert_invalid(store.list(&ListFilter { limit: -1, ..Default::default() }).await, "list limit must not be negative");
-    assert_invalid(store.list(&ListFilter { offset: -1, ..Default::default() }).await, "list offset must not be negative");
+    assert_invalid(
+        store.list(&ListFilter { limit: -1, ..Default::default() }).await,
+        "list limit must not be negative",
+    );
+    assert_invalid(
+        store.list(&ListFilter { offset: -1, ..Default::default() }).await,
+        "list offset must not be negative",
+    );
     assert_invalid(store.queue_depth("default", -1).await, "max_depth must not be negative");
     assert_invalid(store.cancel_by_key("").await, "key must not be empty");
     assert_invalid(store.retry_by_key("", false).await, "key must not be empty");
@@ -181,13 +217,19 @@ pub async fn keyed_submit_strategies<E: PgExecutor>(store: &Store<E>) {
 
     // reject refuses even a finished task, naming it.
     match store.submit(keyed(Conflict::Reject)).await {
-        Err(Error::AlreadyExists { key, task_id }) => assert_eq!((key.as_str(), task_id), ("K", first.id.clone())),
+        Err(Error::AlreadyExists { key, task_id }) => {
+            assert_eq!((key.as_str(), task_id), ("K", first.id.clone()))
+        }
         other => panic!("expected AlreadyExists, got {other:?}"),
     }
     // replace of a running task asks it to stop and repoints the key.
     let second = store.submit(keyed(Conflict::Replace)).await.expect("replace finished");
     assert_ne!(second.id, first.id);
-    assert_eq!(store.fetch(&first.id).await.expect("get").status, TaskStatus::Succeeded, "a settled task stays");
+    assert_eq!(
+        store.fetch(&first.id).await.expect("get").status,
+        TaskStatus::Succeeded,
+        "a settled task stays"
+    );
     store.claim(&claim("w1")).await.expect("claim");
     let third = store.submit(keyed(Conflict::Replace)).await.expect("replace running");
     let old = store.fetch(&second.id).await.expect("get");
@@ -232,16 +274,21 @@ pub async fn claim_order_shapes_and_due_time<E: PgExecutor>(store: &Store<E>) {
     .map(|t| t.id)
     .collect();
     assert_eq!(order, [high.id.clone(), mid.id.clone(), low.id.clone()], "priority first, then due time");
-    assert!(store.claim(&claim("w").limit(10)).await.expect("none due").is_empty(), "delayed task is not due");
+    assert!(
+        store.claim(&claim("w").limit(10)).await.expect("none due").is_empty(),
+        "delayed task is not due"
+    );
     assert_eq!(store.fetch(&later.id).await.expect("get").status, TaskStatus::Queued);
 
     // one name across two queues, and several queues with names.
-    let c = store.claim(&ClaimRequest::new("w", ["default", "q2"]).names(["a"]).limit(10)).await.expect("claim");
+    let c =
+        store.claim(&ClaimRequest::new("w", ["default", "q2"]).names(["a"]).limit(10)).await.expect("claim");
     assert_eq!(c.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [other.id.as_str()]);
     assert_eq!((c[0].attempt, c[0].worker_id.as_deref()), (1, Some("w")));
     assert!(c[0].lease_until_ms.expect("lease") > c[0].updated_at_ms);
     let more = store.submit(NewTask::new("b", json!({})).queue("q2")).await.expect("b");
-    let c = store.claim(&ClaimRequest::new("w", ["default", "q2"]).names(["b", "c"]).limit(10)).await.expect("c");
+    let c =
+        store.claim(&ClaimRequest::new("w", ["default", "q2"]).names(["b", "c"]).limit(10)).await.expect("c");
     assert_eq!(c.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [more.id.as_str()]);
     assert!(store.claim(&claim("w").limit(0)).await.expect("limit 0").is_empty());
     assert!(store.claim(&ClaimRequest::new("w", Vec::<String>::new())).await.expect("no queues").is_empty());
@@ -281,7 +328,8 @@ pub async fn heartbeat_batch_reports_owned_tasks_in_order<E: PgExecutor>(store: 
     for _ in 0..3 {
         store.submit(NewTask::new("x", json!({}))).await.expect("submit");
     }
-    let mut ids: Vec<String> = store.claim(&claim("w1").limit(3)).await.expect("claim").into_iter().map(|t| t.id).collect();
+    let mut ids: Vec<String> =
+        store.claim(&claim("w1").limit(3)).await.expect("claim").into_iter().map(|t| t.id).collect();
     ids.sort();
     ids.reverse();
     store.cancel(&ids[1]).await.expect("cancel");
@@ -289,7 +337,10 @@ pub async fn heartbeat_batch_reports_owned_tasks_in_order<E: PgExecutor>(store: 
     asked.insert(1, "task_not_mine".to_owned());
     let beats = store.heartbeat_batch(&asked, "w1", 60_000).await.expect("beat");
     assert_eq!(beats.iter().map(|b| b.id.clone()).collect::<Vec<_>>(), ids);
-    assert_eq!(beats.iter().map(|b| b.cancel_requested_at_ms.is_some()).collect::<Vec<_>>(), [false, true, false]);
+    assert_eq!(
+        beats.iter().map(|b| b.cancel_requested_at_ms.is_some()).collect::<Vec<_>>(),
+        [false, true, false]
+    );
     assert!(store.heartbeat_batch(&ids, "w2", 60_000).await.expect("beat").is_empty());
     assert!(store.heartbeat_batch(&[], "w1", 60_000).await.expect("empty").is_empty());
     let t = store.heartbeat(&ids[0], "w1", 90_000).await.expect("heartbeat");
@@ -324,7 +375,10 @@ pub async fn fail_retries_after_the_delay<E: PgExecutor>(store: &Store<E>) {
     store.claim(&claim("w1")).await.expect("claim");
     let envelope = ErrorEnvelope::new("Timeout", codes::HANDLER_ERROR, "upstream slow", true).to_json();
     let f = store.fail(&t.id, "w1", &Failure::new(envelope.clone()).delay_ms(60_000)).await.expect("fail");
-    assert_eq!((f.status, f.error.clone(), f.worker_id.clone()), (TaskStatus::Queued, Some(envelope.clone()), None));
+    assert_eq!(
+        (f.status, f.error.clone(), f.worker_id.clone()),
+        (TaskStatus::Queued, Some(envelope.clone()), None)
+    );
     assert!(f.run_at_ms >= f.updated_at_ms + 60_000);
     assert!(store.claim(&claim("w2")).await.expect("claim").is_empty(), "not due before its delay");
 
@@ -376,10 +430,11 @@ pub async fn purge_takes_the_key_with_it<E: PgExecutor>(store: &Store<E>) {
     let mut by_queue = PurgeFilter::older_than_ms(0);
     by_queue.queue = Some("elsewhere".to_owned());
     assert!(store.purge(&by_queue).await.expect("purge").is_empty(), "queue filter");
-    assert_eq!(store.purge(&PurgeFilter::older_than_ms(0)).await.expect("purge"), [t.id.clone()]);
+    assert_eq!(store.purge(&PurgeFilter::older_than_ms(0)).await.expect("purge"), [t.id.as_str()]);
     assert_eq!(store.get_by_key("pk").await.expect("key"), None);
     assert!(store.get(&live.id).await.expect("live").is_some());
-    let fresh = store.submit(NewTask::new("x", json!({})).key("pk").conflict(Conflict::Reject)).await.expect("free");
+    let fresh =
+        store.submit(NewTask::new("x", json!({})).key("pk").conflict(Conflict::Reject)).await.expect("free");
     assert_ne!(fresh.id, t.id);
 }
 

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod conformance;
 pub mod db;
 pub mod kit;
+pub mod python;
 
 use waymark_pool::PgPool;
 use waymark_store::{ConnectOptions, Store};

@@ -40,7 +40,11 @@ pub fn scripts_dir() -> PathBuf {
 /// on first use; panics with the failing step's output if that is impossible.
 pub fn venv_python() -> PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| ensure_venv().unwrap_or_else(|e| panic!("no Python with cairnq for the interop tests: {e}"))).clone()
+    PYTHON
+        .get_or_init(|| {
+            ensure_venv().unwrap_or_else(|e| panic!("no Python with cairnq for the interop tests: {e}"))
+        })
+        .clone()
 }
 
 fn ensure_venv() -> Result<PathBuf, String> {
@@ -89,7 +93,10 @@ fn installed(python: &Path) -> Result<(), String> {
         .output()
         .map_err(|e| format!("running {}: {e}", python.display()))?;
     if !out.status.success() {
-        return Err(format!("importing cairnq and asyncpg failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(format!(
+            "importing cairnq and asyncpg failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
     let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     if version.starts_with(CAIRNQ_SERIES) {
@@ -157,7 +164,9 @@ pub fn run_script<A: AsRef<std::ffi::OsStr>>(
     match status {
         None => panic!("{shown} {:?} ran past {timeout:?} and was killed\n{}", args_of(&cmd), describe(&out)),
         Some(s) if !s.success() => panic!("{shown} {:?} exited with {s}\n{}", args_of(&cmd), describe(&out)),
-        Some(_) => String::from_utf8(out.stdout).unwrap_or_else(|e| panic!("{shown} wrote non-UTF-8 to stdout: {e}")),
+        Some(_) => {
+            String::from_utf8(out.stdout).unwrap_or_else(|e| panic!("{shown} wrote non-UTF-8 to stdout: {e}"))
+        }
     }
 }
 

@@ -34,7 +34,8 @@ async fn connect_creates_the_schema_and_installs_into_it() {
         .await
         .expect("meta");
     assert_eq!(meta.get::<_, String>(0), "10");
-    let public = admin.query_opt("select to_regclass('public.cairnq_tasks')::text", &[]).await.expect("query");
+    let public =
+        admin.query_opt("select to_regclass('public.cairnq_tasks')::text", &[]).await.expect("query");
     assert_eq!(public.and_then(|r| r.get::<_, Option<String>>(0)), None, "nothing installed in public");
     drop(store);
     db.drop().await;
@@ -43,7 +44,8 @@ async fn connect_creates_the_schema_and_installs_into_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_schema_name_is_refused_before_any_io() {
     for bad in ["1abc", "a-b", "x\"; drop table t; --", ""] {
-        let store = Store::connect(pool("postgres://nobody@127.0.0.1:1/none", None), ConnectOptions::schema(bad));
+        let store =
+            Store::connect(pool("postgres://nobody@127.0.0.1:1/none", None), ConnectOptions::schema(bad));
         match store.await {
             Err(Error::InvalidArgument(msg)) => {
                 assert!(msg.contains("must match ^[A-Za-z_][A-Za-z0-9_$]*$"), "{msg}")
@@ -64,9 +66,12 @@ async fn the_schema_guard_refuses_a_split_installation() {
 
     // Asked for one schema while connections resolve to another.
     let elsewhere = TestSchema::new().await;
-    let err = Store::connect(pool(&elsewhere.url, Some(&elsewhere.schema)), ConnectOptions::schema(&installed.schema))
-        .await
-        .expect_err("mismatch");
+    let err = Store::connect(
+        pool(&elsewhere.url, Some(&elsewhere.schema)),
+        ConnectOptions::schema(&installed.schema),
+    )
+    .await
+    .expect_err("mismatch");
     assert!(matches!(err, Error::SchemaMismatch(_)), "{err}");
     assert!(err.to_string().contains(&installed.schema), "{err}");
 
@@ -129,13 +134,18 @@ async fn another_protocol_version_is_refused() {
     let db = TestDatabase::new().await;
     Store::connect(pool(&db.url, None), ConnectOptions::default()).await.expect("install");
     let admin = admin_client(&db.url).await;
-    admin.batch_execute("update cairnq_meta set value = '2' where key = 'protocol_version'").await.expect("bump");
+    admin
+        .batch_execute("update cairnq_meta set value = '2' where key = 'protocol_version'")
+        .await
+        .expect("bump");
     match Store::connect(pool(&db.url, None), ConnectOptions::default()).await {
         Err(Error::ProtocolVersionMismatch { found: 2, expected: 1 }) => {}
         other => panic!("expected a mismatch, got {other:?}"),
     }
     admin.batch_execute("delete from cairnq_meta where key = 'protocol_version'").await.expect("remove");
-    match Store::connect(pool(&db.url, None), ConnectOptions { skip_migrate: true, ..Default::default() }).await {
+    match Store::connect(pool(&db.url, None), ConnectOptions { skip_migrate: true, ..Default::default() })
+        .await
+    {
         Err(e @ Error::ProtocolVersionMismatch { found: 0, .. }) => {
             assert_eq!(e.to_string(), "protocol version mismatch: the database speaks 0, waymark speaks 1")
         }

@@ -1,1 +1,56 @@
-fn main() {}
+//! `cargo xtask <command>`: the project's own tasks.
+//!
+//! - `migrate [--database-url URL] [--schema NAME] [--status]`
+//! - `test` : ensure a PostgreSQL, then run the whole test suite
+//! - `demo` : find or start PostgreSQL, migrate, submit and process tasks
+
+mod demo;
+mod migrate;
+mod test;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  migrate [--database-url URL] [--schema NAME] [--status]
+          apply pending migrations (URL defaults to DATABASE_URL);
+          --status lists each migration as applied or pending and changes nothing
+  test    ensure a PostgreSQL (DATABASE_URL, else a throwaway cluster under target/),
+          then run every test, conformance scenarios and cairnq interop included
+  demo    find or start PostgreSQL, migrate, submit a few thousand tasks and
+          process them with visible progress";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("migrate") => runtime().block_on(migrate::run(&args[1..])),
+        Some("test") => test::run(&args[1..]),
+        Some("demo") => runtime().block_on(demo::run(&args[1..])),
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown command {other:?}\n\n{USAGE}")),
+        None => Err(USAGE.to_owned()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime")
+}
+
+/// The workspace root (the parent of `xtask/`).
+pub(crate) fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}

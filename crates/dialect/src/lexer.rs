@@ -59,10 +59,7 @@ impl Token {
 
     /// Whitespace and comments: tokens with no meaning to the grammar.
     pub(crate) fn is_trivia(&self) -> bool {
-        matches!(
-            self.kind,
-            Kind::Space | Kind::LineComment | Kind::BlockComment
-        )
+        matches!(self.kind, Kind::Space | Kind::LineComment | Kind::BlockComment)
     }
 
     /// For a [`Kind::Param`] token, the parameter name without its colon.
@@ -104,10 +101,7 @@ fn is_space(b: u8) -> bool {
 
 /// The offset of the first byte at or after `from` failing `keep`.
 fn scan_while(b: &[u8], from: usize, keep: impl Fn(u8) -> bool) -> usize {
-    b[from..]
-        .iter()
-        .position(|&c| !keep(c))
-        .map_or(b.len(), |n| from + n)
+    b[from..].iter().position(|&c| !keep(c)).map_or(b.len(), |n| from + n)
 }
 
 /// Splits `sql` into tokens.
@@ -123,19 +117,10 @@ pub(crate) fn tokenize(sql: &str) -> Result<Vec<Token>, DialectError> {
         let next = b.get(i + 1).copied();
         let (kind, end) = match c {
             c if is_space(c) => (Kind::Space, scan_while(b, i, is_space)),
-            b'-' if next == Some(b'-') => (
-                Kind::LineComment,
-                scan_while(b, i, |c| c != b'\n' && c != b'\r'),
-            ),
+            b'-' if next == Some(b'-') => (Kind::LineComment, scan_while(b, i, |c| c != b'\n' && c != b'\r')),
             b'/' if next == Some(b'*') => (Kind::BlockComment, block_comment(b, i)?),
-            b'\'' => (
-                Kind::StringLiteral,
-                quoted(b, i + 1, b'\'', false, "string literal", i)?,
-            ),
-            b'"' => (
-                Kind::QuotedIdent,
-                quoted(b, i + 1, b'"', false, "quoted identifier", i)?,
-            ),
+            b'\'' => (Kind::StringLiteral, quoted(b, i + 1, b'\'', false, "string literal", i)?),
+            b'"' => (Kind::QuotedIdent, quoted(b, i + 1, b'"', false, "quoted identifier", i)?),
             b'$' => dollar(b, i)?,
             b':' => match next {
                 Some(b':') => (Kind::Cast, i + 2),
@@ -148,27 +133,17 @@ pub(crate) fn tokenize(sql: &str) -> Result<Vec<Token>, DialectError> {
                 let end = scan_while(b, i, is_ident_cont);
                 if end == i + 1 && (c == b'e' || c == b'E') && b.get(end) == Some(&b'\'') {
                     // E'...': backslash escapes, reported from the `E`.
-                    (
-                        Kind::StringLiteral,
-                        quoted(b, end + 1, b'\'', true, "string literal", i)?,
-                    )
+                    (Kind::StringLiteral, quoted(b, end + 1, b'\'', true, "string literal", i)?)
                 } else {
                     (Kind::Word, end)
                 }
             }
-            c if c.is_ascii_digit() => (
-                Kind::Number,
-                scan_while(b, i, |c| {
-                    c.is_ascii_alphanumeric() || c == b'_' || c == b'.'
-                }),
-            ),
+            c if c.is_ascii_digit() => {
+                (Kind::Number, scan_while(b, i, |c| c.is_ascii_alphanumeric() || c == b'_' || c == b'.'))
+            }
             _ => (Kind::Punct, i + 1),
         };
-        tokens.push(Token {
-            kind,
-            start: i,
-            end,
-        });
+        tokens.push(Token { kind, start: i, end });
         i = end;
     }
     Ok(tokens)
@@ -200,10 +175,7 @@ fn quoted(
             i += 1;
         }
     }
-    Err(DialectError::Unterminated {
-        what,
-        offset: began,
-    })
+    Err(DialectError::Unterminated { what, offset: began })
 }
 
 /// Scans a block comment opening at `start`, honouring nesting. Returns the
@@ -227,10 +199,7 @@ fn block_comment(b: &[u8], start: usize) -> Result<usize, DialectError> {
             _ => i += 1,
         }
     }
-    Err(DialectError::Unterminated {
-        what: "block comment",
-        offset: start,
-    })
+    Err(DialectError::Unterminated { what: "block comment", offset: start })
 }
 
 /// Lexes what starts with the `$` at `start`: a dollar-quoted body, a
@@ -241,10 +210,7 @@ fn dollar(b: &[u8], start: usize) -> Result<(Kind, usize), DialectError> {
         Some(b'$') => after,
         Some(&c) if is_ident_start(c) => scan_while(b, after, is_tag_cont),
         Some(c) if c.is_ascii_digit() => {
-            return Ok((
-                Kind::Positional,
-                scan_while(b, after, |c| c.is_ascii_digit()),
-            ));
+            return Ok((Kind::Positional, scan_while(b, after, |c| c.is_ascii_digit())));
         }
         _ => return Ok((Kind::Punct, after)),
     };
@@ -254,15 +220,9 @@ fn dollar(b: &[u8], start: usize) -> Result<(Kind, usize), DialectError> {
     }
     let delimiter = &b[start..=tag_end];
     let body = tag_end + 1;
-    match b[body..]
-        .windows(delimiter.len())
-        .position(|w| w == delimiter)
-    {
+    match b[body..].windows(delimiter.len()).position(|w| w == delimiter) {
         Some(n) => Ok((Kind::DollarBody, body + n + delimiter.len())),
-        None => Err(DialectError::Unterminated {
-            what: "dollar-quoted body",
-            offset: start,
-        }),
+        None => Err(DialectError::Unterminated { what: "dollar-quoted body", offset: start }),
     }
 }
 
@@ -271,26 +231,16 @@ mod tests {
     use super::*;
 
     fn kinds(sql: &str) -> Vec<(Kind, &str)> {
-        tokenize(sql)
-            .unwrap()
-            .into_iter()
-            .map(|t| (t.kind, t.text(sql)))
-            .collect()
+        tokenize(sql).unwrap().into_iter().map(|t| (t.kind, t.text(sql))).collect()
     }
 
     fn significant(sql: &str) -> Vec<(Kind, &str)> {
-        tokenize(sql)
-            .unwrap()
-            .into_iter()
-            .filter(|t| !t.is_trivia())
-            .map(|t| (t.kind, t.text(sql)))
-            .collect()
+        tokenize(sql).unwrap().into_iter().filter(|t| !t.is_trivia()).map(|t| (t.kind, t.text(sql))).collect()
     }
 
     #[test]
     fn tokens_cover_the_input() {
-        let sql =
-            "select 'a''b', E'c\\'d', \"x\"\"y\", $t$ :z $t$, $1 -- c\n/* /* n */ */ :p::text[] é";
+        let sql = "select 'a''b', E'c\\'d', \"x\"\"y\", $t$ :z $t$, $1 -- c\n/* /* n */ */ :p::text[] é";
         let text: String = tokenize(sql).unwrap().iter().map(|t| t.text(sql)).collect();
         assert_eq!(text, sql);
     }
@@ -318,18 +268,10 @@ mod tests {
 
     #[test]
     fn words_absorb_dollars_but_lone_dollars_do_not_quote() {
-        assert_eq!(
-            significant("x$y$ z"),
-            vec![(Kind::Word, "x$y$"), (Kind::Word, "z")]
-        );
+        assert_eq!(significant("x$y$ z"), vec![(Kind::Word, "x$y$"), (Kind::Word, "z")]);
         assert_eq!(
             significant("$abc + $12"),
-            vec![
-                (Kind::Punct, "$"),
-                (Kind::Word, "abc"),
-                (Kind::Punct, "+"),
-                (Kind::Positional, "$12"),
-            ]
+            vec![(Kind::Punct, "$"), (Kind::Word, "abc"), (Kind::Punct, "+"), (Kind::Positional, "$12"),]
         );
     }
 
@@ -338,11 +280,7 @@ mod tests {
         assert_eq!(significant(r"E'\''"), vec![(Kind::StringLiteral, r"E'\''")]);
         assert_eq!(
             significant(r"me'\' x"),
-            vec![
-                (Kind::Word, "me"),
-                (Kind::StringLiteral, r"'\'"),
-                (Kind::Word, "x")
-            ]
+            vec![(Kind::Word, "me"), (Kind::StringLiteral, r"'\'"), (Kind::Word, "x")]
         );
     }
 
@@ -350,20 +288,9 @@ mod tests {
     fn line_comment_stops_before_the_line_break() {
         assert_eq!(
             kinds("-- a\r\nb"),
-            vec![
-                (Kind::LineComment, "-- a"),
-                (Kind::Space, "\r\n"),
-                (Kind::Word, "b"),
-            ]
+            vec![(Kind::LineComment, "-- a"), (Kind::Space, "\r\n"), (Kind::Word, "b"),]
         );
-        assert_eq!(
-            kinds("x --"),
-            vec![
-                (Kind::Word, "x"),
-                (Kind::Space, " "),
-                (Kind::LineComment, "--"),
-            ]
-        );
+        assert_eq!(kinds("x --"), vec![(Kind::Word, "x"), (Kind::Space, " "), (Kind::LineComment, "--"),]);
     }
 
     #[test]

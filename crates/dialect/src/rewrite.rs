@@ -45,9 +45,7 @@ impl Rewritten {
         let mut position: HashMap<&str, usize> = HashMap::with_capacity(bound.len());
         for (i, &name) in bound.iter().enumerate() {
             if position.insert(name, i).is_some() {
-                return Err(DialectError::DuplicateBinding {
-                    name: name.to_owned(),
-                });
+                return Err(DialectError::DuplicateBinding { name: name.to_owned() });
             }
         }
         let order = self
@@ -68,9 +66,7 @@ impl Rewritten {
                 used[i] = true;
             }
             if let Some(i) = used.iter().position(|&u| !u) {
-                return Err(DialectError::Unused {
-                    name: bound[i].to_owned(),
-                });
+                return Err(DialectError::Unused { name: bound[i].to_owned() });
             }
         }
         Ok(order)

@@ -36,14 +36,8 @@ pub fn specialise(sql: &str, non_null: &[&str]) -> Result<String, DialectError> 
     if non_null.is_empty() {
         return Ok(sql.to_owned());
     }
-    let significant: Vec<usize> = (0..tokens.len())
-        .filter(|&i| !tokens[i].is_trivia())
-        .collect();
-    let group = Group {
-        sql,
-        tokens: &tokens,
-        significant: &significant,
-    };
+    let significant: Vec<usize> = (0..tokens.len()).filter(|&i| !tokens[i].is_trivia()).collect();
+    let group = Group { sql, tokens: &tokens, significant: &significant };
     let mut out = String::with_capacity(sql.len());
     let mut copied = 0;
     for k in 0..significant.len() {
@@ -73,8 +67,7 @@ impl<'a> Group<'a> {
 
     /// Whether the `k`th significant token is the keyword `word`.
     fn is_keyword(&self, k: usize, word: &str) -> bool {
-        self.sig(k)
-            .is_some_and(|t| t.kind == Kind::Word && t.text(self.sql).eq_ignore_ascii_case(word))
+        self.sig(k).is_some_and(|t| t.kind == Kind::Word && t.text(self.sql).eq_ignore_ascii_case(word))
     }
 
     /// When the `k`th significant token opens a group
@@ -100,11 +93,7 @@ impl<'a> Group<'a> {
         self.matching_close(rest)?;
         let or_index = self.significant[or];
         let mut cut_end = self.tokens[or_index].end;
-        if let Some(t) = self
-            .tokens
-            .get(or_index + 1)
-            .filter(|t| t.kind == Kind::Space)
-        {
+        if let Some(t) = self.tokens.get(or_index + 1).filter(|t| t.kind == Kind::Space) {
             cut_end = t.end;
         }
         Some((param.param_name(self.sql), param.start, cut_end))

@@ -30,8 +30,8 @@ fn plain() -> impl Strategy<Value = Piece> {
         "[a-zA-Z_][a-zA-Z0-9_]{0,5}",
         "[0-9]{1,3}",
         prop::sample::select(vec![
-            "(", ")", ",", "=", "+", "*", "<", ">", "[", "]", ";", ".", "%", "|", ":", "::", "$",
-            "!=", "<>", ":=", "&",
+            "(", ")", ",", "=", "+", "*", "<", ">", "[", "]", ";", ".", "%", "|", ":", "::", "$", "!=", "<>",
+            ":=", "&",
         ])
         .prop_map(str::to_owned),
     ]
@@ -60,19 +60,15 @@ fn protected() -> impl Strategy<Value = Piece> {
             s
         }),
         raw().prop_map(|c| format!("\"{}\"", c.replace('"', "\"\""))),
-        (
-            raw(),
-            prop::sample::select(vec!["", "t", "fn", "_x1", "T9"])
-        )
-            .prop_map(|(c, tag)| {
-                let delimiter = format!("${tag}$");
-                let body = if format!("{c}{delimiter}").find(&delimiter) == Some(c.len()) {
-                    c
-                } else {
-                    c.replace('$', "#")
-                };
-                format!("{delimiter}{body}{delimiter}")
-            }),
+        (raw(), prop::sample::select(vec!["", "t", "fn", "_x1", "T9"])).prop_map(|(c, tag)| {
+            let delimiter = format!("${tag}$");
+            let body = if format!("{c}{delimiter}").find(&delimiter) == Some(c.len()) {
+                c
+            } else {
+                c.replace('$', "#")
+            };
+            format!("{delimiter}{body}{delimiter}")
+        }),
         raw().prop_map(|c| format!("--{}\n", c.replace(['\n', '\r'], " "))),
         (raw(), raw(), raw(), any::<bool>()).prop_map(|(a, b, c, nest)| {
             let clean = |s: String| s.replace(['*', '/'], "");
@@ -128,9 +124,7 @@ fn slots(sql: &str) -> Vec<(usize, usize, usize)> {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'$' && b.get(i + 1).is_some_and(u8::is_ascii_digit) {
-            let end = (i + 1..b.len())
-                .find(|&j| !b[j].is_ascii_digit())
-                .unwrap_or(b.len());
+            let end = (i + 1..b.len()).find(|&j| !b[j].is_ascii_digit()).unwrap_or(b.len());
             out.push((i, end, sql[i + 1..end].parse().unwrap()));
             i = end;
         } else {
@@ -141,13 +135,7 @@ fn slots(sql: &str) -> Vec<(usize, usize, usize)> {
 }
 
 fn mixed() -> impl Strategy<Value = Vec<(Piece, &'static str)>> {
-    prop::collection::vec(
-        (
-            prop_oneof![2 => param(), 2 => plain(), 3 => protected()],
-            separator(),
-        ),
-        0..24,
-    )
+    prop::collection::vec((prop_oneof![2 => param(), 2 => plain(), 3 => protected()], separator()), 0..24)
 }
 
 fn code_only() -> impl Strategy<Value = Vec<(Piece, &'static str)>> {

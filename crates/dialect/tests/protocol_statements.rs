@@ -8,17 +8,11 @@ use waymark_protocol::Statement;
 /// Whether `sql` still holds a `(:name::TYPE is null or` head, spacing and
 /// case aside.
 fn has_null_check(sql: &str, name: &str) -> bool {
-    let flat: String = sql
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .to_lowercase();
+    let flat: String = sql.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase();
     let needle = format!("(:{}::", name.to_lowercase());
     flat.match_indices(&needle).any(|(i, _)| {
         let after = &flat[i + needle.len()..];
-        after
-            .find(" is null or ")
-            .is_some_and(|j| !after[..j].contains(['(', ')', ':']))
+        after.find(" is null or ").is_some_and(|j| !after[..j].contains(['(', ')', ':']))
     })
 }
 
@@ -35,17 +29,10 @@ fn every_statement_rewrites_with_its_declared_params() {
         let used: BTreeSet<&str> = r.names().iter().map(String::as_str).collect();
         let declared: BTreeSet<&str> = def.params.iter().map(|p| p.name).collect();
         assert_eq!(used, declared, "{}", def.name());
-        assert_eq!(
-            parameter_names(def.sql).unwrap(),
-            r.names(),
-            "{}",
-            def.name()
-        );
+        assert_eq!(parameter_names(def.sql).unwrap(), r.names(), "{}", def.name());
 
         let bound: Vec<&str> = def.params.iter().map(|p| p.name).collect();
-        let order = r
-            .bind_order(&bound)
-            .unwrap_or_else(|e| panic!("{}: {e}", def.name()));
+        let order = r.bind_order(&bound).unwrap_or_else(|e| panic!("{}: {e}", def.name()));
         for (slot, &i) in order.iter().enumerate() {
             assert_eq!(bound[i], r.names()[slot], "{}", def.name());
         }
@@ -66,14 +53,9 @@ fn every_statement_specialises_cleanly() {
         let before: BTreeSet<String> = rewrite(def.sql).unwrap().names().iter().cloned().collect();
         let after: BTreeSet<String> = r.names().iter().cloned().collect();
         assert_eq!(after, before, "{}", def.name());
-        r.bind_order(&all)
-            .unwrap_or_else(|e| panic!("{}: {e}", def.name()));
+        r.bind_order(&all).unwrap_or_else(|e| panic!("{}: {e}", def.name()));
         for name in &all {
-            assert!(
-                !has_null_check(&out, name),
-                "{}: {name} still null-checked",
-                def.name()
-            );
+            assert!(!has_null_check(&out, name), "{}: {name} still null-checked", def.name());
         }
     }
     assert!(specialised_any, "no statement had an optional filter");

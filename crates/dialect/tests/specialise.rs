@@ -29,24 +29,14 @@ fn names_without_groups_change_nothing() {
 #[test]
 fn array_types() {
     assert_eq!(
-        specialise(
-            "and (:names::text[] is null or name = any(:names))",
-            &["names"]
-        )
-        .unwrap(),
+        specialise("and (:names::text[] is null or name = any(:names))", &["names"]).unwrap(),
         "and (name = any(:names))"
     );
 }
 
 #[test]
 fn multi_word_qualified_and_modified_types() {
-    for ty in [
-        "double precision",
-        "pg_catalog.text",
-        "varchar(10)",
-        "numeric(10, 2)[]",
-        "\"My Type\"",
-    ] {
+    for ty in ["double precision", "pg_catalog.text", "varchar(10)", "numeric(10, 2)[]", "\"My Type\""] {
         let sql = format!("(:p::{ty} is null or x = :p)");
         assert_eq!(specialise(&sql, &["p"]).unwrap(), "(x = :p)", "type {ty}");
     }
@@ -55,47 +45,28 @@ fn multi_word_qualified_and_modified_types() {
 #[test]
 fn keywords_are_case_insensitive_and_spacing_free() {
     assert_eq!(
-        specialise(
-            "( \n :p :: TEXT\tIS\n  NuLl /* c */ Or\n\tx = :p\n)",
-            &["p"]
-        )
-        .unwrap(),
+        specialise("( \n :p :: TEXT\tIS\n  NuLl /* c */ Or\n\tx = :p\n)", &["p"]).unwrap(),
         "( \n x = :p\n)"
     );
 }
 
 #[test]
 fn comment_right_after_or_is_kept() {
-    assert_eq!(
-        specialise("(:p::text is null or -- why\n x)", &["p"]).unwrap(),
-        "(-- why\n x)"
-    );
+    assert_eq!(specialise("(:p::text is null or -- why\n x)", &["p"]).unwrap(), "(-- why\n x)");
 }
 
 #[test]
 fn rest_runs_to_the_matching_paren_honouring_quotes_and_comments() {
     let sql = "(:p::text is null or (a = ')') and f(\")\") /* ) */ or b = $$)$$) and c";
-    assert_eq!(
-        specialise(sql, &["p"]).unwrap(),
-        "((a = ')') and f(\")\") /* ) */ or b = $$)$$) and c"
-    );
+    assert_eq!(specialise(sql, &["p"]).unwrap(), "((a = ')') and f(\")\") /* ) */ or b = $$)$$) and c");
 }
 
 #[test]
 fn nested_groups_are_handled_independently() {
     let sql = "(:a::text is null or (:b::text is null or x = :b) and y = :a)";
-    assert_eq!(
-        specialise(sql, &["a"]).unwrap(),
-        "((:b::text is null or x = :b) and y = :a)"
-    );
-    assert_eq!(
-        specialise(sql, &["b"]).unwrap(),
-        "(:a::text is null or (x = :b) and y = :a)"
-    );
-    assert_eq!(
-        specialise(sql, &["a", "b"]).unwrap(),
-        "((x = :b) and y = :a)"
-    );
+    assert_eq!(specialise(sql, &["a"]).unwrap(), "((:b::text is null or x = :b) and y = :a)");
+    assert_eq!(specialise(sql, &["b"]).unwrap(), "(:a::text is null or (x = :b) and y = :a)");
+    assert_eq!(specialise(sql, &["a", "b"]).unwrap(), "((x = :b) and y = :a)");
 }
 
 #[test]
@@ -118,8 +89,7 @@ fn other_shapes_are_left_alone() {
 
 #[test]
 fn quoted_lookalikes_are_not_groups() {
-    let sql =
-        "select '(:p::text is null or x)', $$(:p::text is null or x)$$, (:p::text is null or y)";
+    let sql = "select '(:p::text is null or x)', $$(:p::text is null or x)$$, (:p::text is null or y)";
     assert_eq!(
         specialise(sql, &["p"]).unwrap(),
         "select '(:p::text is null or x)', $$(:p::text is null or x)$$, (y)"
@@ -130,9 +100,6 @@ fn quoted_lookalikes_are_not_groups() {
 fn unterminated_input_is_an_error() {
     assert_eq!(
         specialise("(:p::text is null or x = 'a)", &["p"]).unwrap_err(),
-        DialectError::Unterminated {
-            what: "string literal",
-            offset: 25
-        }
+        DialectError::Unterminated { what: "string literal", offset: 25 }
     );
 }

@@ -84,9 +84,13 @@ pub fn decode_row(row: &tokio_postgres::Row) -> Result<Row, ExecError> {
                     .map_err(decode_err)?
                     .map_or(Value::Null, |v| Value::Float8(f64::from(v)))
             } else if *ty == Type::JSONB || *ty == Type::JSON {
-                row.try_get::<_, Option<serde_json::Value>>(i).map_err(decode_err)?.map_or(Value::Null, Value::Jsonb)
+                row.try_get::<_, Option<serde_json::Value>>(i)
+                    .map_err(decode_err)?
+                    .map_or(Value::Null, Value::Jsonb)
             } else if *ty == Type::TEXT_ARRAY || *ty == Type::VARCHAR_ARRAY || *ty == Type::NAME_ARRAY {
-                row.try_get::<_, Option<Vec<String>>>(i).map_err(decode_err)?.map_or(Value::Null, Value::TextArray)
+                row.try_get::<_, Option<Vec<String>>>(i)
+                    .map_err(decode_err)?
+                    .map_or(Value::Null, Value::TextArray)
             } else if [Type::TEXT, Type::VARCHAR, Type::NAME, Type::BPCHAR].contains(ty) {
                 row.try_get::<_, Option<String>>(i).map_err(decode_err)?.map_or(Value::Null, Value::Text)
             } else {
@@ -126,7 +130,9 @@ pub fn classify(sqlstate: Option<&str>, message: &str, transport: bool) -> ExecE
     let lower = message.to_ascii_lowercase();
     match sqlstate {
         Some("53300") => ExecErrorKind::Capacity,
-        _ if lower.contains("too many clients") || lower.contains("remaining connection slots are reserved") => {
+        _ if lower.contains("too many clients")
+            || lower.contains("remaining connection slots are reserved") =>
+        {
             ExecErrorKind::Capacity
         }
         Some(code) if code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03") => {
@@ -144,8 +150,14 @@ mod tests {
 
     #[test]
     fn error_classes() {
-        assert_eq!(classify(Some("53300"), "sorry, too many clients already", false), ExecErrorKind::Capacity);
-        assert_eq!(classify(None, "FATAL: remaining connection slots are reserved", true), ExecErrorKind::Capacity);
+        assert_eq!(
+            classify(Some("53300"), "sorry, too many clients already", false),
+            ExecErrorKind::Capacity
+        );
+        assert_eq!(
+            classify(None, "FATAL: remaining connection slots are reserved", true),
+            ExecErrorKind::Capacity
+        );
         assert_eq!(classify(Some("08006"), "connection failure", false), ExecErrorKind::Connection);
         assert_eq!(classify(Some("57P01"), "terminating connection", false), ExecErrorKind::Connection);
         assert_eq!(classify(None, "connection closed", true), ExecErrorKind::Connection);

@@ -24,3 +24,8 @@ mod transaction;
 
 pub use pool::{PgPool, PgPoolBuilder, PoolError};
 pub use transaction::PoolTransaction;
+
+// Compiles the README's example as a doc test, so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

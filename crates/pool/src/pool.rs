@@ -75,9 +75,13 @@ impl PgPoolBuilder {
             )));
         }
         let set_search_path = match &self.schema {
-            Some(schema) => Some(waymark_store::protocol::set_search_path_script(schema).ok_or_else(|| {
-                PoolError::InvalidSetting(format!("schema name {schema:?} must match ^[A-Za-z_][A-Za-z0-9_$]*$"))
-            })?),
+            Some(schema) => {
+                Some(waymark_store::protocol::set_search_path_script(schema).ok_or_else(|| {
+                    PoolError::InvalidSetting(format!(
+                        "schema name {schema:?} must match ^[A-Za-z_][A-Za-z0-9_$]*$"
+                    ))
+                })?)
+            }
             None => None,
         };
         let mut config: tokio_postgres::Config =
@@ -155,7 +159,9 @@ impl PgPool {
     pub(crate) async fn checkout(&self) -> Result<bb8::PooledConnection<'static, Manager>, ExecError> {
         self.pool.get_owned().await.map_err(|e| match e {
             RunError::User(e) => map_error(e),
-            RunError::TimedOut => ExecError::new(ExecErrorKind::Timeout, "timed out waiting for a pooled connection"),
+            RunError::TimedOut => {
+                ExecError::new(ExecErrorKind::Timeout, "timed out waiting for a pooled connection")
+            }
         })
     }
 }

@@ -76,7 +76,9 @@ impl Drop for PoolTransaction {
             Err(_) => {
                 // Without a runtime nothing can roll back; never hand out a
                 // connection that is still inside a transaction.
-                tracing::warn!("transaction dropped outside a tokio runtime; its connection is leaked, not reused");
+                tracing::warn!(
+                    "transaction dropped outside a tokio runtime; its connection is leaked, not reused"
+                );
                 std::mem::forget(conn);
             }
         }

@@ -18,8 +18,7 @@ fn sql_files(dir: &str) -> BTreeSet<String> {
 #[test]
 fn every_statement_file_is_catalogued_and_the_reverse() {
     let on_disk = sql_files("statements");
-    let catalogued: BTreeSet<String> =
-        Statement::ALL.iter().map(|s| s.def().file_name()).collect();
+    let catalogued: BTreeSet<String> = Statement::ALL.iter().map(|s| s.def().file_name()).collect();
     let missing: Vec<_> = on_disk.difference(&catalogued).collect();
     let phantom: Vec<_> = catalogued.difference(&on_disk).collect();
     assert!(missing.is_empty(), "files not in the catalogue: {missing:?}");

@@ -33,9 +33,7 @@ pub(crate) fn check_schema_name(schema: &str) -> Result<()> {
     if waymark_protocol::is_valid_schema_name(schema) {
         Ok(())
     } else {
-        Err(Error::invalid(format!(
-            "schema name {schema:?} must match ^[A-Za-z_][A-Za-z0-9_$]*$"
-        )))
+        Err(Error::invalid(format!("schema name {schema:?} must match ^[A-Za-z_][A-Za-z0-9_$]*$")))
     }
 }
 
@@ -69,13 +67,16 @@ pub(crate) async fn guard_schema<E: PgExecutor>(exec: &E, schema: Option<&str>) 
             cur.map_or("none".to_owned(), |c| format!("{c:?}"))
         ))),
         (None, None) => Err(Error::SchemaMismatch(
-            "the connection's search_path names no existing schema; pass a schema or fix search_path".to_owned(),
+            "the connection's search_path names no existing schema; pass a schema or fix search_path"
+                .to_owned(),
         )),
-        (None, Some(cur)) if !found.is_empty() && !found.contains(cur) => Err(Error::SchemaMismatch(format!(
-            "no installation in the current schema {cur:?}, but one exists in {}; \
+        (None, Some(cur)) if !found.is_empty() && !found.contains(cur) => {
+            Err(Error::SchemaMismatch(format!(
+                "no installation in the current schema {cur:?}, but one exists in {}; \
              pass that schema explicitly (or set search_path) so that every process agrees",
-            elsewhere()
-        ))),
+                elsewhere()
+            )))
+        }
         (None, Some(_)) => Ok(()),
     }
 }
@@ -166,7 +167,9 @@ pub(crate) async fn check_protocol_version<E: PgExecutor>(exec: &E) -> Result<()
     let found = match run_opt(&mut Autocommit(exec), Statement::ProtocolVersion, vec![]).await? {
         Some(mut row) => {
             let v = text(&mut row, "value")?;
-            v.trim().parse::<i64>().map_err(|_| Error::Decode(format!("protocol_version {v:?} is not a number")))?
+            v.trim()
+                .parse::<i64>()
+                .map_err(|_| Error::Decode(format!("protocol_version {v:?} is not a number")))?
         }
         None => 0,
     };

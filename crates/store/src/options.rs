@@ -180,7 +180,10 @@ impl NewTask {
             non_empty("key", key)?;
         }
         if self.max_attempts < 1 {
-            return Err(Error::invalid(format!("max_attempts must be at least 1, got {}", self.max_attempts)));
+            return Err(Error::invalid(format!(
+                "max_attempts must be at least 1, got {}",
+                self.max_attempts
+            )));
         }
         if self.delay_ms < 0 {
             return Err(Error::invalid(format!("delay_ms must not be negative, got {}", self.delay_ms)));

@@ -18,6 +18,9 @@ struct Prepared {
     types: Vec<ParamType>,
 }
 
+/// Rewritten statements by (statement, which optional filters are on).
+type Cache = Mutex<HashMap<(Statement, u32), Arc<Prepared>>>;
+
 /// Named values for one call.
 pub(crate) type Binds = Vec<(&'static str, Value)>;
 
@@ -49,9 +52,9 @@ where
 fn prepared(stmt: Statement, binds: &Binds) -> Result<Arc<Prepared>> {
     let def = stmt.def();
     for (name, value) in binds {
-        let param = def.param(name).ok_or_else(|| {
-            Error::invalid(format!("binding {}: no parameter named {name}", stmt.name()))
-        })?;
+        let param = def
+            .param(name)
+            .ok_or_else(|| Error::invalid(format!("binding {}: no parameter named {name}", stmt.name())))?;
         if !fits(param.ty, value) {
             return Err(Error::invalid(format!(
                 "binding {}: parameter {name} is {}, got {}",
@@ -69,7 +72,7 @@ fn prepared(stmt: Statement, binds: &Binds) -> Result<Arc<Prepared>> {
         }
     }
 
-    static CACHE: OnceLock<Mutex<HashMap<(Statement, u32), Arc<Prepared>>>> = OnceLock::new();
+    static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(hit) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&(stmt, mask)) {
         return Ok(hit.clone());
@@ -77,7 +80,8 @@ fn prepared(stmt: Statement, binds: &Binds) -> Result<Arc<Prepared>> {
 
     let on: Vec<&str> =
         optional.iter().enumerate().filter(|(bit, _)| mask & (1 << bit) != 0).map(|(_, n)| *n).collect();
-    let invalid = |e: waymark_dialect::DialectError| Error::invalid(format!("rewriting {}: {e}", stmt.name()));
+    let invalid =
+        |e: waymark_dialect::DialectError| Error::invalid(format!("rewriting {}: {e}", stmt.name()));
     let specialised = waymark_dialect::specialise(def.sql, &on).map_err(invalid)?;
     let rewritten = waymark_dialect::rewrite(&specialised).map_err(invalid)?;
     let types = rewritten
@@ -138,7 +142,10 @@ mod tests {
 
     #[test]
     fn optional_filters_are_found_from_the_sql() {
-        assert_eq!(optional_params(Statement::List), ["status", "queue", "name", "root_id", "correlation_id"]);
+        assert_eq!(
+            optional_params(Statement::List),
+            ["status", "queue", "name", "root_id", "correlation_id"]
+        );
         assert_eq!(optional_params(Statement::Claim), ["names"]);
         assert!(optional_params(Statement::InsertTask).is_empty());
     }

@@ -11,7 +11,9 @@ use crate::id::new_task_id;
 use crate::migrate::{self, MigrationReport, MigrationState};
 use crate::options::{non_empty, ClaimRequest, Conflict, Failure, ListFilter, NewTask, PurgeFilter};
 use crate::statements::{run, run_opt, Binds};
-use crate::task::{int8, opt_int8, opt_text, status, text, Beat, ErrorEnvelope, StatusCounts, Task, TaskState, TaskStatus};
+use crate::task::{
+    int8, opt_int8, opt_text, status, text, Beat, ErrorEnvelope, StatusCounts, Task, TaskState, TaskStatus,
+};
 use crate::value::Value;
 
 /// How [`Store::connect`] prepares the database.
@@ -55,15 +57,24 @@ impl<E: PgExecutor> Store<E> {
     /// then the protocol version check.
     pub async fn connect(exec: E, options: ConnectOptions) -> Result<Self> {
         let store = Store::new(exec);
-        if let Some(schema) = &options.schema {
-            migrate::create_schema(&store.exec, schema).await?;
-        }
-        migrate::guard_schema(&store.exec, options.schema.as_deref()).await?;
-        if !options.skip_migrate {
-            migrate::migrate(&store.exec).await?;
-        }
-        migrate::check_protocol_version(&store.exec).await?;
+        store.prepare(&options).await?;
         Ok(store)
+    }
+
+    /// The connect sequence on an existing store (see [`Store::connect`]),
+    /// reporting which migrations it applied.
+    pub async fn prepare(&self, options: &ConnectOptions) -> Result<MigrationReport> {
+        if let Some(schema) = &options.schema {
+            migrate::create_schema(&self.exec, schema).await?;
+        }
+        migrate::guard_schema(&self.exec, options.schema.as_deref()).await?;
+        let report = if options.skip_migrate {
+            MigrationReport::default()
+        } else {
+            migrate::migrate(&self.exec).await?
+        };
+        migrate::check_protocol_version(&self.exec).await?;
+        Ok(report)
     }
 
     /// The executor.
@@ -136,8 +147,8 @@ impl<E: PgExecutor> Store<E> {
 
     /// The id and status of the task a key names, or `None`.
     pub async fn get_status_by_key(&self, key: &str) -> Result<Option<TaskState>> {
-        let row =
-            run_opt(&mut Autocommit(&self.exec), Statement::GetStatusByKey, vec![("key", key.into())]).await?;
+        let row = run_opt(&mut Autocommit(&self.exec), Statement::GetStatusByKey, vec![("key", key.into())])
+            .await?;
         row.map(TaskState::from_row).transpose()
     }
 
@@ -282,8 +293,7 @@ impl<E: PgExecutor> Store<E> {
         if req.limit <= 0 || req.queues.is_empty() || req.names.as_ref().is_some_and(Vec::is_empty) {
             return Ok(Vec::new());
         }
-        let probe: Binds =
-            vec![("queues", req.queues.clone().into()), ("names", req.names.clone().into())];
+        let probe: Binds = vec![("queues", req.queues.clone().into()), ("names", req.names.clone().into())];
         let claimable = match run_opt(&mut Autocommit(&self.exec), Statement::ClaimableProbe, probe).await? {
             Some(mut row) => crate::task::opt_bool(&mut row, "claimable")?.unwrap_or(false),
             None => false,
@@ -351,7 +361,13 @@ impl<E: PgExecutor> Store<E> {
 
     /// Marks an owned task succeeded with `result` (a requested cancel does
     /// not win here; workers settle with [`Store::complete`]).
-    pub async fn succeed(&self, id: &str, worker_id: &str, result: Json, message: Option<&str>) -> Result<Task> {
+    pub async fn succeed(
+        &self,
+        id: &str,
+        worker_id: &str,
+        result: Json,
+        message: Option<&str>,
+    ) -> Result<Task> {
         let binds: Binds = vec![("result", result.into()), ("message", message.into())];
         owned(&mut Autocommit(&self.exec), Statement::Succeed, binds, id, worker_id).await
     }
@@ -365,7 +381,13 @@ impl<E: PgExecutor> Store<E> {
     /// [`Store::complete`] inside the caller's transaction: the settlement
     /// commits with the caller's other writes, or neither does. A lost lease
     /// is reported before the caller commits.
-    pub async fn complete_in(&self, tx: &mut E::Transaction, id: &str, worker_id: &str, result: Json) -> Result<Task> {
+    pub async fn complete_in(
+        &self,
+        tx: &mut E::Transaction,
+        id: &str,
+        worker_id: &str,
+        result: Json,
+    ) -> Result<Task> {
         complete(tx, id, worker_id, result).await
     }
 

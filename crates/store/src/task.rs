@@ -258,7 +258,12 @@ pub struct ErrorEnvelope {
 
 impl ErrorEnvelope {
     /// An envelope with empty details.
-    pub fn new(kind: impl Into<String>, code: impl Into<String>, message: impl Into<String>, retryable: bool) -> Self {
+    pub fn new(
+        kind: impl Into<String>,
+        code: impl Into<String>,
+        message: impl Into<String>,
+        retryable: bool,
+    ) -> Self {
         ErrorEnvelope {
             kind: kind.into(),
             code: code.into(),
@@ -270,7 +275,12 @@ impl ErrorEnvelope {
 
     /// The envelope recover_leases writes when a lease expires on the last attempt.
     pub fn lease_expired() -> Self {
-        ErrorEnvelope::new("LeaseExpired", codes::LEASE_EXPIRED, "task lease expired and max attempts reached", false)
+        ErrorEnvelope::new(
+            "LeaseExpired",
+            codes::LEASE_EXPIRED,
+            "task lease expired and max attempts reached",
+            false,
+        )
     }
 
     /// As JSON, for the `error` column.

@@ -1,0 +1,427 @@
+//! waymark and the cairnq Python SDK on one database, nothing translated in
+//! between: Python submits and waymark works, then waymark submits and a
+//! Python worker works. The Python side is `tests/python/interop.py`, run in
+//! the venv that `waymark_tests::python` keeps (cairnq 0.15 from PyPI).
+//!
+//! Without Python or PyPI these tests fail; they never skip.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value as Json};
+use waymark_pool::PgPool;
+use waymark_store::{ClaimRequest, ConnectOptions, Failure, NewTask, Store, Task, TaskStatus};
+use waymark_tests::db::admin_client;
+use waymark_tests::{python, TestDatabase};
+
+/// The ledger rows every installation of protocol v1 ends with.
+const MIGRATIONS: [&str; 10] = [
+    "0001_init.sql",
+    "0002_purge_index.sql",
+    "0003_notify.sql",
+    "0004_lease_index.sql",
+    "0005_clear_terminal_lease.sql",
+    "0006_claim_name_index.sql",
+    "0007_purge_status_index.sql",
+    "0008_claim_due_index.sql",
+    "0009_purge_queue_index.sql",
+    "0010_drop_status_index.sql",
+];
+
+const RUST_WORKER: &str = "wm-rust-worker-1";
+
+/// Runs `interop.py` against `url` and parses the JSON it prints.
+fn py(url: &str, args: Vec<String>) -> Json {
+    let script = python::scripts_dir().join("interop.py");
+    let out = python::run_script(&script, &args, &[("CAIRNQ_DSN", url)], Duration::from_secs(120));
+    serde_json::from_str(out.trim())
+        .unwrap_or_else(|e| panic!("interop.py {args:?} printed something that is not JSON ({e}):\n{out}"))
+}
+
+/// [`py`] on a blocking thread, so the test can carry on meanwhile.
+fn py_in_background(url: &str, args: Vec<String>) -> tokio::task::JoinHandle<Json> {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || py(&url, args))
+}
+
+async fn ensure_python() {
+    tokio::task::spawn_blocking(python::venv_python).await.expect("setting up the Python venv");
+}
+
+async fn store_on(url: &str) -> Store<PgPool> {
+    let pool = PgPool::builder(url).max_size(4).build().expect("pool");
+    Store::connect(pool, ConnectOptions::default())
+        .await
+        .expect("waymark connects (and migrates) a fresh database")
+}
+
+/// The migration ledger: (name, applied_at_ms), by name.
+async fn ledger(url: &str) -> Vec<(String, i64)> {
+    admin_client(url)
+        .await
+        .query("select name, applied_at_ms from cairnq_migrations order by name", &[])
+        .await
+        .expect("reading cairnq_migrations")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+async fn meta(url: &str) -> BTreeMap<String, String> {
+    admin_client(url)
+        .await
+        .query("select key, value from cairnq_meta", &[])
+        .await
+        .expect("reading cairnq_meta")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+/// A task as JSON with the table's column names, the shape cairnq's
+/// `dataclasses.asdict(Task)` prints.
+fn as_json(task: &Task) -> Json {
+    serde_json::to_value(task).expect("task to JSON")
+}
+
+fn is_task_id(id: &str) -> bool {
+    const CROCKFORD: &str = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    id.strip_prefix("task_")
+        .is_some_and(|ulid| ulid.len() == 26 && ulid.chars().all(|c| CROCKFORD.contains(c)))
+}
+
+fn str_of<'a>(doc: &'a Json, what: &str) -> &'a str {
+    doc.as_str().unwrap_or_else(|| panic!("{what}: expected a string, got {doc}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_client_rust_worker() {
+    let started = Instant::now();
+    ensure_python().await;
+    let db = TestDatabase::new().await;
+    let url = db.url.clone();
+    let store = store_on(&url).await;
+
+    // waymark migrated: the ledger holds the ten files, keyed by file name.
+    let ledger_before = ledger(&url).await;
+    let names: Vec<&str> = ledger_before.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, MIGRATIONS, "waymark's ledger rows");
+    assert!(
+        ledger_before.iter().all(|(_, at)| *at > 1_600_000_000_000),
+        "applied_at_ms is epoch ms: {ledger_before:?}"
+    );
+    let meta_before = meta(&url).await;
+    assert_eq!(meta_before.get("protocol_version").map(String::as_str), Some("1"));
+    assert_eq!(meta_before.get("schema_version").map(String::as_str), Some("10"));
+
+    // Python connects (schema guard, ledger, protocol check) and submits.
+    let specs = json!([
+        {"name": "rs.double", "payload": {"n": 21}},
+        {"name": "rs.double", "payload": {"n": 5}, "key": "order-7",
+         "metadata": {"source": "python"}, "priority": 5},
+        {"name": "rs.double", "payload": {"n": 999}, "key": "order-7"},
+        {"name": "rs.explode", "payload": {"why": "bad input"}, "max_attempts": 5},
+        {"name": "rs.flaky", "payload": {}, "max_attempts": 2},
+        {"name": "rs.echo", "payload": {"text": "h\u{e9}llo \u{2713}"}, "key": "order-8"},
+        {"name": "rs.echo", "payload": {"text": "other"}, "key": "order-8", "conflict": "reject"},
+    ]);
+    let submitted = py(&url, vec!["submit".into(), specs.to_string()]);
+    assert!(
+        str_of(&submitted["sdk_version"], "sdk_version").starts_with(python::CAIRNQ_SERIES),
+        "{submitted}"
+    );
+    assert_eq!(
+        submitted["protocol_version"],
+        json!(1),
+        "cairnq reads protocol_version 1 from waymark's meta row"
+    );
+    let rows = submitted["submitted"].as_array().expect("submitted is a list");
+    assert_eq!(rows.len(), 7, "{submitted}");
+    let task = |i: usize| -> &Json {
+        rows[i].get("task").unwrap_or_else(|| panic!("submit #{i} failed: {}", rows[i]))
+    };
+    let id = |i: usize| str_of(&task(i)["id"], "id").to_owned();
+    let (plain, keyed, explode, flaky, echo) = (id(0), id(1), id(3), id(4), id(5));
+    assert_eq!(id(2), keyed, "a keyed resubmit under reuse dedupes to the live task");
+    assert_eq!(task(2)["payload"], json!({"n": 5}), "the dedupe returned the first submit's row");
+    assert_eq!(rows[6]["error"], json!("AlreadyExists"), "conflict=reject on a taken key: {}", rows[6]);
+
+    // Python connecting changed nothing in the ledger or the meta rows.
+    assert_eq!(ledger(&url).await, ledger_before, "cairnq re-ran or re-recorded a migration");
+    assert_eq!(meta(&url).await, meta_before, "cairnq rewrote cairnq_meta");
+
+    // Python's rows read the same through waymark, field for field.
+    for i in [0, 1, 3, 4, 5] {
+        let id = id(i);
+        assert!(is_task_id(&id), "cairnq's id {id}");
+        let seen = store.fetch(&id).await.expect("waymark reads a cairnq row");
+        assert_eq!(as_json(&seen), *task(i), "the row cairnq returned vs what waymark reads");
+        assert_eq!(seen.status, TaskStatus::Queued);
+        assert_eq!(seen.attempt, 0);
+        assert_eq!(seen.root_id.as_deref(), Some(id.as_str()), "a top-level task is its own root");
+        assert_eq!(seen.lease_until_ms, None);
+    }
+    let seen_keyed = store.fetch(&keyed).await.unwrap();
+    assert_eq!(seen_keyed.priority, 5);
+    assert_eq!(seen_keyed.metadata, json!({"source": "python"}));
+    assert_eq!(store.fetch(&explode).await.unwrap().max_attempts, 5);
+    assert_eq!(store.fetch(&plain).await.unwrap().max_attempts, 3, "cairnq's default");
+    let by_key = store.get_by_key("order-7").await.unwrap().expect("order-7 is keyed");
+    assert_eq!(by_key.id, keyed, "cairnq's key row, read by waymark");
+
+    // A Python client waits on them while waymark works them.
+    let all = [&plain, &keyed, &explode, &flaky, &echo];
+    let mut wait_args = vec!["wait".to_owned(), "--timeout-ms".into(), "60000".into()];
+    wait_args.extend(all.iter().map(|s| s.to_string()));
+    let waiter = py_in_background(&url, wait_args);
+
+    let claimed = store
+        .claim(&ClaimRequest::new(RUST_WORKER, ["default"]).limit(50))
+        .await
+        .expect("waymark claims cairnq's tasks");
+    let claimed_ids: BTreeSet<&str> = claimed.iter().map(|t| t.id.as_str()).collect();
+    let expected: BTreeSet<&str> = all.iter().map(|s| s.as_str()).collect();
+    assert_eq!(claimed_ids, expected, "every distinct task, once");
+    for t in &claimed {
+        assert_eq!(t.status, TaskStatus::Running, "{t:?}");
+        assert_eq!(t.attempt, 1, "{t:?}");
+        assert_eq!(t.worker_id.as_deref(), Some(RUST_WORKER));
+        assert!(t.lease_until_ms.is_some());
+    }
+    let payload_of = |id: &str| claimed.iter().find(|t| t.id == id).unwrap().payload.clone();
+    assert_eq!(payload_of(&plain), json!({"n": 21}));
+    assert_eq!(payload_of(&echo), json!({"text": "h\u{e9}llo \u{2713}"}));
+
+    let explode_error = json!({
+        "type": "InvalidInput",
+        "code": "bad_input",
+        "message": "cannot explode: bad input",
+        "retryable": false,
+        "details": {"field": "why", "seen": "bad input"},
+    });
+    let flaky_error = json!({
+        "type": "Transient",
+        "code": "handler_error",
+        "message": "the first attempt always fails",
+        "retryable": true,
+        "details": {},
+    });
+    store.complete(&plain, RUST_WORKER, json!({"doubled": 42})).await.unwrap();
+    store.complete(&keyed, RUST_WORKER, json!({"doubled": 10})).await.unwrap();
+    // A top-level JSON string as a result: cairnq must not parse it twice.
+    store.complete(&echo, RUST_WORKER, json!("h\u{e9}llo \u{2713}")).await.unwrap();
+    let failed = store
+        .fail(&explode, RUST_WORKER, &Failure::new(explode_error.clone()).retryable(false))
+        .await
+        .unwrap();
+    assert_eq!(failed.status, TaskStatus::Failed, "permanent, though attempts remain");
+    let requeued = store.fail(&flaky, RUST_WORKER, &Failure::new(flaky_error.clone())).await.unwrap();
+    assert_eq!(requeued.status, TaskStatus::Queued, "retryable with an attempt left");
+    let again = store.claim(&ClaimRequest::new(RUST_WORKER, ["default"]).limit(50)).await.unwrap();
+    assert_eq!(again.len(), 1, "only the requeued task is due: {again:?}");
+    assert_eq!((again[0].id.as_str(), again[0].attempt), (flaky.as_str(), 2));
+    store.complete(&flaky, RUST_WORKER, json!({"ok": true})).await.unwrap();
+
+    // What the Python client's wait() saw.
+    let waited = waiter.await.expect("the Python waiter");
+    let finals = &waited["tasks"];
+    let expect = |id: &str, status: &str, attempt: i64, result: Json, error: Json| {
+        let t = &finals[id];
+        assert_eq!(t["status"], json!(status), "{id}: {t}");
+        assert_eq!(t["attempt"], json!(attempt), "{id}: {t}");
+        assert_eq!(t["result"], result, "{id}: {t}");
+        assert_eq!(t["error"], error, "{id}: {t}");
+        assert_eq!(t["worker_id"], json!(RUST_WORKER), "{id}: kept on terminal rows: {t}");
+        assert_eq!(t["lease_until_ms"], Json::Null, "{id}: {t}");
+        assert!(t["completed_at_ms"].as_i64().is_some(), "{id}: {t}");
+    };
+    expect(&plain, "succeeded", 1, json!({"doubled": 42}), Json::Null);
+    expect(&keyed, "succeeded", 1, json!({"doubled": 10}), Json::Null);
+    expect(&echo, "succeeded", 1, json!("h\u{e9}llo \u{2713}"), Json::Null);
+    expect(&explode, "failed", 1, Json::Null, explode_error.clone());
+    // The first attempt's error stays on the row after the retry succeeds.
+    expect(&flaky, "succeeded", 2, json!({"ok": true}), flaky_error.clone());
+    assert_eq!(finals[&plain]["progress"], json!(1.0));
+    assert_eq!(finals[&explode]["progress"], Json::Null);
+
+    // And a fresh Python read, by id, by key, and the stats.
+    let mut read_args = vec!["read".to_owned()];
+    for id in all {
+        read_args.extend(["--id".to_owned(), id.to_string()]);
+    }
+    read_args.extend(["--key".into(), "order-7".into(), "--key".into(), "order-8".into()]);
+    let read = py(&url, read_args);
+    for id in all {
+        let mine = as_json(&store.fetch(id).await.unwrap());
+        assert_eq!(read["by_id"][id], mine, "cairnq and waymark read {id} differently");
+        assert_eq!(finals[id], mine, "what wait() returned for {id}");
+    }
+    assert_eq!(read["by_key"]["order-7"]["id"], json!(keyed));
+    assert_eq!(read["by_key"]["order-8"]["id"], json!(echo));
+    assert_eq!(
+        read["stats"],
+        json!({"default": {"queued": 0, "running": 0, "succeeded": 4, "failed": 1, "canceled": 0}})
+    );
+
+    assert_eq!(ledger(&url).await, ledger_before, "three cairnq connects later");
+    db.drop().await;
+    eprintln!("python_client_rust_worker took {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_client_python_worker() {
+    let started = Instant::now();
+    ensure_python().await;
+    let db = TestDatabase::new().await;
+    let url = db.url.clone();
+    let store = store_on(&url).await;
+
+    let submit = |task: NewTask| {
+        let store = &store;
+        async move { store.submit(task).await.expect("waymark submits") }
+    };
+    let ok = submit(NewTask::new("py.ok", json!({"x": 3}))).await;
+    let keyed = submit(NewTask::new("py.ok", json!({"x": 10})).key("rb-1")).await;
+    let keyed_again = submit(NewTask::new("py.ok", json!({"x": 11})).key("rb-1")).await;
+    assert_eq!(keyed_again.id, keyed.id, "a keyed resubmit dedupes");
+    assert_eq!(keyed_again.payload, json!({"x": 10}));
+    let boom = submit(NewTask::new("py.boom", json!({"reason": "no such account", "account": 42}))).await;
+    let crash = submit(NewTask::new("py.crash", json!({"message": "kaput"})).max_attempts(1)).await;
+    let slow = submit(NewTask::new("py.slow", json!({"give_up_s": 60}))).await;
+    // No Python handler has this name: the worker must leave it alone.
+    let orphan = submit(NewTask::new("rust.only", json!({}))).await;
+
+    let mut work_args = vec![
+        "work".to_owned(),
+        "--timeout-s".into(),
+        "90".into(),
+        "--lease-ms".into(),
+        "3000".into(),
+        "--until".into(),
+    ];
+    work_args.extend([&ok, &keyed, &boom, &crash, &slow].map(|t| t.id.clone()));
+    let worker = py_in_background(&url, work_args);
+
+    // Wait until the Python handler runs py.slow and has reported progress.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let running = loop {
+        let t = store.fetch(&slow.id).await.unwrap();
+        if t.status == TaskStatus::Running && t.progress == Some(0.5) {
+            break t;
+        }
+        if worker.is_finished() {
+            let out = worker.await.expect("the Python worker");
+            panic!("the Python worker ended before py.slow ran: {out}\nrow: {t:?}");
+        }
+        assert!(Instant::now() < deadline, "py.slow never ran: {t:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(running.message.as_deref(), Some("halfway"));
+    assert_eq!(running.attempt, 1);
+    assert!(running.lease_until_ms.is_some());
+    let py_worker = running.worker_id.clone().expect("a running row names its worker");
+    assert!(py_worker.starts_with("worker_"), "cairnq's worker id: {py_worker}");
+
+    let asked = store.cancel(&slow.id).await.unwrap().expect("a running task takes a cancel request");
+    assert_eq!(asked.status, TaskStatus::Running, "a running task is only asked to stop");
+    assert!(asked.cancel_requested_at_ms.is_some());
+
+    let report = worker.await.expect("the Python worker");
+    assert_eq!(report["worker_id"], json!(py_worker), "{report}");
+    assert_eq!(report["errors"], json!([]), "the worker reported errors: {report}");
+    assert_eq!(report["observed_cancel"], json!([slow.id]), "{report}");
+    let mut runs: Vec<(String, String, i64, Json)> = report["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| {
+            (
+                str_of(&r["id"], "id").to_owned(),
+                str_of(&r["name"], "name").to_owned(),
+                r["attempt"].as_i64().expect("attempt"),
+                r["payload"].clone(),
+            )
+        })
+        .collect();
+    runs.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut expected_runs: Vec<(String, String, i64, Json)> = [&ok, &keyed, &boom, &crash, &slow]
+        .iter()
+        .map(|t| (t.id.clone(), t.name.clone(), 1, t.payload.clone()))
+        .collect();
+    expected_runs.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(runs, expected_runs, "each handler ran once, on waymark's payload");
+
+    // What the Python worker stored, read by waymark.
+    let settled = |t: &Task, status: TaskStatus| {
+        assert_eq!(t.status, status, "{t:?}");
+        assert_eq!(t.attempt, 1, "{t:?}");
+        assert_eq!(t.worker_id.as_deref(), Some(py_worker.as_str()), "{t:?}");
+        assert_eq!(t.lease_until_ms, None, "{t:?}");
+        assert!(t.completed_at_ms.is_some(), "{t:?}");
+    };
+    for (task, x) in [(&ok, 3), (&keyed, 10)] {
+        let t = store.fetch(&task.id).await.unwrap();
+        settled(&t, TaskStatus::Succeeded);
+        assert_eq!(t.result, Some(json!({"echo": {"x": x}, "sum": x + 1, "by": "python"})));
+        assert_eq!((t.error.as_ref(), t.progress), (None, Some(1.0)), "{t:?}");
+    }
+    let by_key = store.get_by_key("rb-1").await.unwrap().expect("rb-1");
+    assert_eq!(by_key.id, keyed.id);
+
+    let t = store.fetch(&boom.id).await.unwrap();
+    settled(&t, TaskStatus::Failed);
+    assert_eq!(
+        t.error,
+        Some(json!({
+            "type": "TaskError",
+            "code": "account_missing",
+            "message": "no such account",
+            "retryable": false,
+            "details": {"account": 42},
+        })),
+        "a TaskError's envelope, failed at once with attempts left"
+    );
+    assert_eq!(t.result, None);
+    let envelope = t.error_envelope().expect("waymark parses cairnq's envelope");
+    assert_eq!(
+        (envelope.kind.as_str(), envelope.code.as_str(), envelope.retryable),
+        ("TaskError", "account_missing", false)
+    );
+
+    let t = store.fetch(&crash.id).await.unwrap();
+    settled(&t, TaskStatus::Failed);
+    assert_eq!(
+        t.error,
+        Some(json!({
+            "type": "ValueError",
+            "code": "handler_error",
+            "message": "kaput",
+            "retryable": true,
+            "details": {},
+        })),
+        "a plain exception is a retryable handler_error; max_attempts 1 ends it"
+    );
+
+    let t = store.fetch(&slow.id).await.unwrap();
+    settled(&t, TaskStatus::Canceled);
+    assert_eq!((t.result.as_ref(), t.error.as_ref()), (None, None), "{t:?}");
+    assert_eq!(t.cancel_requested_at_ms, asked.cancel_requested_at_ms);
+    assert_eq!(
+        (t.progress, t.message.as_deref()),
+        (Some(0.5), Some("halfway")),
+        "a canceled settle keeps the last progress"
+    );
+
+    let t = store.fetch(&orphan.id).await.unwrap();
+    assert_eq!(
+        (t.status, t.attempt, t.worker_id.as_deref()),
+        (TaskStatus::Queued, 0, None),
+        "a name the Python worker has no handler for stays queued"
+    );
+
+    let stats = store.stats(Some("default")).await.unwrap()["default"];
+    assert_eq!([stats.queued, stats.running, stats.succeeded, stats.failed, stats.canceled], [1, 0, 2, 2, 1]);
+
+    db.drop().await;
+    eprintln!("rust_client_python_worker took {:?}", started.elapsed());
+}
