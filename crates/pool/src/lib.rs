@@ -1,4 +1,4 @@
-//! waymark's built-in [`PgExecutor`]: a bb8 pool of tokio-postgres
+//! waymark's built-in [`PgExecutor`](waymark_store::PgExecutor): a bb8 pool of tokio-postgres
 //! connections.
 //!
 //! ```no_run
@@ -22,7 +22,7 @@ pub mod codec;
 mod pool;
 mod transaction;
 
-pub use pool::{PgPool, PgPoolBuilder, PoolError};
+pub use pool::{PgPool, PgPoolBuilder, PoolError, MAX_POOL_SIZE};
 pub use transaction::PoolTransaction;
 
 // Compiles the README's example as a doc test, so it cannot rot.
