@@ -425,3 +425,32 @@ async fn rust_client_python_worker() {
     db.drop().await;
     eprintln!("rust_client_python_worker took {:?}", started.elapsed());
 }
+
+/// A database the Python SDK installed reads as fully migrated to waymark:
+/// `migration_status` (what `cargo xtask migrate --status` prints) shows every
+/// file applied, connecting applies nothing, and the two sides then share
+/// tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_installed_database_reads_as_migrated() {
+    ensure_python().await;
+    let db = TestDatabase::new().await;
+    let read = py(&db.url, vec!["read".to_owned()]);
+    assert!(read.get("stats").is_some(), "python connected and installed: {read}");
+    let installed_by_python = ledger(&db.url).await;
+    assert_eq!(installed_by_python.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), MIGRATIONS);
+
+    let store = Store::new(PgPool::builder(&db.url).max_size(2).build().expect("pool"));
+    let status = store.migration_status().await.expect("status");
+    assert!(status.iter().all(|m| m.applied_at_ms.is_some()), "every file reads applied: {status:?}");
+    let report = store.prepare(&ConnectOptions::default()).await.expect("connect");
+    assert!(report.applied.is_empty(), "nothing re-applied: {report:?}");
+    assert_eq!(report.skipped, 10);
+    assert_eq!(ledger(&db.url).await, installed_by_python, "ledger untouched");
+
+    let task = store.submit(NewTask::new("py.ok", json!({"n": 7}))).await.expect("submit");
+    let read = py(&db.url, vec!["read".to_owned(), "--id".to_owned(), task.id.clone()]);
+    assert_eq!(read["by_id"][&task.id]["status"], json!("queued"), "{read}");
+    assert_eq!(read["by_id"][&task.id]["payload"], json!({"n": 7}), "{read}");
+    drop(store);
+    db.drop().await;
+}
