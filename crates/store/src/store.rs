@@ -340,7 +340,9 @@ impl<E: PgExecutor> Store<E> {
                 })
             })
             .collect::<Result<_>>()?;
-        beats.sort_by_key(|b| ids.iter().position(|id| *id == b.id));
+        let position: std::collections::HashMap<&str, usize> =
+            ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
+        beats.sort_by_key(|b| position.get(b.id.as_str()).copied());
         Ok(beats)
     }
 
