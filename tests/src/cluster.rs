@@ -93,8 +93,14 @@ pub fn ensure_throwaway() -> Result<String, String> {
 /// cannot reach that (a checkout under a private home directory), a folder
 /// under the system temp directory named after this checkout.
 fn cluster_root(as_root: bool) -> Result<PathBuf, String> {
-    let preferred = target_dir().join("waymark-pg");
-    let fallback = std::env::temp_dir().join(format!("waymark-pg-{:x}", path_hash(&target_dir())));
+    runtime_root("waymark-pg", as_root)
+}
+
+/// A folder `name` for server files that the `postgres` user can write when
+/// we are root: `target/<name>`, else `<temp>/<name>-<hash of this checkout>`.
+pub fn runtime_root(name: &str, as_root: bool) -> Result<PathBuf, String> {
+    let preferred = target_dir().join(name);
+    let fallback = std::env::temp_dir().join(format!("{name}-{:x}", path_hash(&target_dir())));
     for root in [preferred, fallback] {
         fs::create_dir_all(&root).map_err(|e| format!("creating {}: {e}", root.display()))?;
         if !as_root {
@@ -156,7 +162,8 @@ pub fn pg_command(program: &Path, as_root: bool) -> Command {
     }
 }
 
-fn run(cmd: &mut Command) -> Result<(), String> {
+/// Runs `cmd`, failing with its output when it exits non-zero.
+pub fn run(cmd: &mut Command) -> Result<(), String> {
     let out = cmd.output().map_err(|e| format!("running {cmd:?}: {e}"))?;
     if out.status.success() {
         Ok(())
@@ -170,6 +177,7 @@ fn run(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
-fn port_open(port: u16) -> bool {
+/// Whether something accepts TCP connections on 127.0.0.1:`port`.
+pub fn port_open(port: u16) -> bool {
     TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300)).is_ok()
 }

@@ -8,6 +8,8 @@ pub mod cluster;
 pub mod conformance;
 pub mod db;
 pub mod kit;
+pub mod pgbouncer;
+pub mod private_cluster;
 pub mod python;
 
 use waymark_pool::PgPool;

@@ -1,28 +1,63 @@
-//! waymark's built-in [`PgExecutor`](waymark_store::PgExecutor): a bb8 pool of tokio-postgres
-//! connections.
+//! waymark's built-in [`PgExecutor`](waymark_store::PgExecutor): a bb8 pool
+//! of tokio-postgres connections that sheds load, fails fast and recovers.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
 //! use waymark_pool::PgPool;
 //! use waymark_store::{ConnectOptions, Store};
 //!
-//! let pool = PgPool::builder("postgres://postgres@127.0.0.1/app").max_size(8).build()?;
-//! let store = Store::connect(pool, ConnectOptions::default()).await?;
+//! let pool = PgPool::builder("postgres://postgres@127.0.0.1/app")
+//!     .max_size(8)
+//!     .acquire_timeout(Duration::from_secs(2))
+//!     .build()?; // does not connect
+//! let store = Store::connect(pool.clone(), ConnectOptions::default()).await?;
+//! println!("{:?}", pool.stats());
 //! # let _ = store; Ok(()) }
 //! ```
+//!
+//! Around bb8:
+//!
+//! - **Admission lanes.** At most `max_size` calls hold a connection; others
+//!   wait in two lanes. Critical work (heartbeats, settlements) goes first
+//!   but passes at most one waiting ordinary call in a row.
+//! - **Bounded waiting.** Past `max_waiting` waiters, or after the acquire
+//!   timeout, a call fails at once with kind `Saturated`.
+//! - **Circuit breaker.** Consecutive connection failures open it; while open
+//!   calls fail in microseconds with kind `CircuitOpen` and the last cause;
+//!   one half-open trial closes it again.
+//! - **Retries** with jittered exponential backoff, only where safe: a
+//!   connection failure before anything was sent (connect, `BEGIN`) always; a
+//!   failure after sending, or 40001/40P01/55P03, only for statements the
+//!   store marks repeatable (reads, heartbeats, progress, and `insert_task`,
+//!   whose client-made id turns a duplicate into the same task). Statements
+//!   inside a transaction are never retried.
+//! - **Errors by class.** SQLSTATE 08*, 57P01-57P03 and I/O failures are
+//!   `Connection` (the connection is dropped, never reused); 53300 and "too
+//!   many clients" are `Capacity` (never open the breaker); the rest surface
+//!   as `Query`.
+//! - **Client-side query timeout**: the server is asked to cancel and the
+//!   connection is dropped.
+//! - **Stats** ([`PgPool::stats`]): acquires, wait percentiles, rejections,
+//!   errors by class, retries, peaks, breaker state.
 //!
 //! Statements are bound with `query_typed`: one round trip, the parameter
 //! types declared by the protocol, and no server-side prepared statement, so
 //! a pooler in transaction mode is safe.
-//!
-//! This is the first cut; admission lanes, bounded waiting, the circuit
-//! breaker, retries, stats and TLS come with the robust pool.
 
+mod admission;
+mod breaker;
 pub mod codec;
+mod config;
+mod manager;
 mod pool;
+mod stats;
 mod transaction;
 
-pub use pool::{PgPool, PgPoolBuilder, PoolError, MAX_POOL_SIZE};
+pub use breaker::BreakerState;
+pub use config::{PgPoolBuilder, PoolError, MAX_POOL_SIZE};
+pub use pool::PgPool;
+pub use stats::PoolStats;
 pub use transaction::PoolTransaction;
 
 // Compiles the README's example as a doc test, so it cannot rot.

@@ -1,168 +1,318 @@
-//! The pool and its builder.
+//! The pool: admission, breaker, retries and timeouts around bb8.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bb8::{CustomizeConnection, RunError};
-use bb8_postgres::PostgresConnectionManager;
+use bb8::RunError;
+use rand::Rng;
 use tokio_postgres::NoTls;
-use waymark_store::{ExecError, ExecErrorKind, PgExecutor, Row, Sql, Value};
+use waymark_store::{ExecError, ExecErrorKind, Lane, PgExecutor, Row, Sql, Value};
 
+use crate::admission::{Gate, Permit, Refusal};
+use crate::breaker::{Breaker, Pass};
 use crate::codec::{decode_row, map_error, typed_params};
+use crate::config::PgPoolBuilder;
+use crate::manager::Manager;
+use crate::stats::{Counters, PoolStats};
 use crate::transaction::PoolTransaction;
 
-pub(crate) type Manager = PostgresConnectionManager<NoTls>;
+pub(crate) type Pooled = bb8::PooledConnection<'static, Manager>;
 
-/// Why a pool could not be built.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PoolError {
-    /// The URL did not parse.
-    #[error("invalid database url: {0}")]
-    InvalidUrl(String),
-    /// A setting is out of range.
-    #[error("invalid pool setting: {0}")]
-    InvalidSetting(String),
-}
-
-/// Hard ceiling on `max_size`: a queue that needs more connections than this
-/// per process needs batching, not connections.
-pub const MAX_POOL_SIZE: u32 = 32;
-
-/// Builds a [`PgPool`].
-#[derive(Debug, Clone)]
-pub struct PgPoolBuilder {
-    url: String,
-    max_size: u32,
-    connect_timeout: Duration,
-    schema: Option<String>,
-    application_name: String,
-}
-
-impl PgPoolBuilder {
-    /// Most connections. Defaults to 8; at most [`MAX_POOL_SIZE`].
-    pub fn max_size(mut self, n: u32) -> Self {
-        self.max_size = n;
-        self
-    }
-
-    /// How long to wait for a connection. Defaults to 10 s.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Sets `search_path` to this schema on every connection. Defaults to none.
-    pub fn schema(mut self, schema: impl Into<String>) -> Self {
-        self.schema = Some(schema.into());
-        self
-    }
-
-    /// `application_name` of each connection. Defaults to `waymark`.
-    pub fn application_name(mut self, name: impl Into<String>) -> Self {
-        self.application_name = name.into();
-        self
-    }
-
-    /// Builds the pool. Does not connect: the first query does.
-    pub fn build(self) -> Result<PgPool, PoolError> {
-        if self.max_size == 0 || self.max_size > MAX_POOL_SIZE {
-            return Err(PoolError::InvalidSetting(format!(
-                "max_size must be within 1..={MAX_POOL_SIZE}, got {}",
-                self.max_size
-            )));
-        }
-        let set_search_path = match &self.schema {
-            Some(schema) => {
-                Some(waymark_store::protocol::set_search_path_script(schema).ok_or_else(|| {
-                    PoolError::InvalidSetting(format!(
-                        "schema name {schema:?} must match ^[A-Za-z_][A-Za-z0-9_$]*$"
-                    ))
-                })?)
-            }
-            None => None,
-        };
-        let mut config: tokio_postgres::Config =
-            self.url.parse().map_err(|e: tokio_postgres::Error| PoolError::InvalidUrl(e.to_string()))?;
-        if config.get_application_name().is_none() {
-            config.application_name(&self.application_name);
-        }
-        config.connect_timeout(self.connect_timeout);
-        let manager = PostgresConnectionManager::new(config, NoTls);
-        let pool = bb8::Pool::builder()
-            .max_size(self.max_size)
-            .connection_timeout(self.connect_timeout)
-            .connection_customizer(Box::new(SessionSetup { set_search_path }))
-            .build_unchecked(manager);
-        Ok(PgPool { pool, schema: self.schema })
-    }
-}
-
-/// Runs per-connection setup (the schema's `search_path`) once, on connect.
-#[derive(Debug)]
-struct SessionSetup {
-    set_search_path: Option<String>,
-}
-
-impl CustomizeConnection<tokio_postgres::Client, tokio_postgres::Error> for SessionSetup {
-    fn on_acquire<'a>(
-        &'a self,
-        client: &'a mut tokio_postgres::Client,
-    ) -> Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + Send + 'a>> {
-        Box::pin(async move {
-            if let Some(script) = &self.set_search_path {
-                client.batch_execute(script).await?;
-            }
-            Ok(())
-        })
-    }
-}
-
-/// A pool of PostgreSQL connections that implements [`PgExecutor`].
-/// Cloning shares the pool.
+/// A pool of PostgreSQL connections that implements
+/// [`PgExecutor`](waymark_store::PgExecutor). Cloning shares the pool.
 #[derive(Clone)]
 pub struct PgPool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     pool: bb8::Pool<Manager>,
+    gate: Gate,
+    breaker: Breaker,
+    counters: Counters,
+    query_timeout: Option<Duration>,
+    retry_attempts: u32,
+    backoff_min: Duration,
+    backoff_max: Duration,
     schema: Option<String>,
 }
 
 impl std::fmt::Debug for PgPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = self.pool.state();
-        f.debug_struct("PgPool")
-            .field("connections", &state.connections)
-            .field("idle", &state.idle_connections)
-            .field("schema", &self.schema)
-            .finish()
+        f.debug_struct("PgPool").field("stats", &self.stats()).field("schema", &self.inner.schema).finish()
+    }
+}
+
+/// A connection held for one call: the admission permit, the connection and
+/// the breaker's pass, released together.
+pub(crate) struct Lease {
+    pub(crate) conn: Pooled,
+    pass: Option<Pass>,
+    _permit: Permit,
+}
+
+impl Lease {
+    /// Settles the breaker pass and the counters for the call's outcome, and
+    /// marks the connection broken when it must not be reused.
+    pub(crate) fn settle(&mut self, pool: &PgPool, outcome: Result<(), &ExecError>) {
+        let pass = self.pass.take();
+        let c = &pool.inner.counters;
+        match outcome {
+            Ok(()) => {
+                if let Some(p) = pass {
+                    p.success()
+                }
+            }
+            Err(e) => match e.kind() {
+                ExecErrorKind::Connection => {
+                    self.conn.broken = true;
+                    Counters::bump(&c.connection_errors);
+                    if let Some(p) = pass {
+                        p.connection_failure(&e.to_string());
+                    }
+                }
+                ExecErrorKind::Timeout => {
+                    self.conn.broken = true;
+                    Counters::bump(&c.timeouts);
+                    if let Some(p) = pass {
+                        p.neutral()
+                    };
+                }
+                ExecErrorKind::Capacity => {
+                    Counters::bump(&c.capacity_errors);
+                    if let Some(p) = pass {
+                        p.neutral()
+                    };
+                }
+                _ => {
+                    // The server answered: the path to it works.
+                    Counters::bump(&c.query_errors);
+                    if let Some(p) = pass {
+                        p.success()
+                    };
+                }
+            },
+        }
     }
 }
 
 impl PgPool {
     /// A builder for a pool on `url` (a `postgres://` URL or key=value string).
     pub fn builder(url: impl Into<String>) -> PgPoolBuilder {
-        PgPoolBuilder {
-            url: url.into(),
-            max_size: 8,
-            connect_timeout: Duration::from_secs(10),
-            schema: None,
-            application_name: "waymark".to_owned(),
+        PgPoolBuilder::new(url.into())
+    }
+
+    pub(crate) fn from_parts(
+        b: PgPoolBuilder,
+        config: tokio_postgres::Config,
+        setup: Option<String>,
+    ) -> Self {
+        let pool = bb8::Pool::builder()
+            .max_size(b.max_size)
+            .connection_timeout(b.connect_timeout)
+            .idle_timeout(b.idle_timeout)
+            // Fail a connect at once (the breaker and our retries decide);
+            // bb8's own retry loop would hide a dead server for the whole
+            // connection timeout.
+            .retry_connection(false)
+            .build_unchecked(Manager::new(config, setup));
+        PgPool {
+            inner: Arc::new(Inner {
+                pool,
+                gate: Gate::new(b.max_size as usize, b.max_waiting, b.acquire_timeout),
+                breaker: Breaker::new(b.breaker_threshold, b.breaker_open_for),
+                counters: Counters::default(),
+                query_timeout: b.query_timeout,
+                retry_attempts: b.retry_attempts,
+                backoff_min: b.backoff_min,
+                backoff_max: b.backoff_max,
+                schema: b.schema,
+            }),
         }
     }
 
     /// The schema this pool puts on each connection's `search_path`.
     pub fn schema(&self) -> Option<&str> {
-        self.schema.as_deref()
+        self.inner.schema.as_deref()
     }
 
-    pub(crate) async fn checkout(&self) -> Result<bb8::PooledConnection<'static, Manager>, ExecError> {
-        self.pool.get_owned().await.map_err(|e| match e {
-            RunError::User(e) => map_error(e),
-            RunError::TimedOut => {
-                ExecError::new(ExecErrorKind::Timeout, "timed out waiting for a pooled connection")
+    /// A snapshot of the pool's statistics.
+    pub fn stats(&self) -> PoolStats {
+        let c = &self.inner.counters;
+        let (p50, p95) = c.wait_percentiles();
+        let (in_use, waiting, peak_in_use, peak_waiting) = self.inner.gate.snapshot();
+        PoolStats {
+            acquires: Counters::get(&c.acquires),
+            acquire_wait_p50: p50,
+            acquire_wait_p95: p95,
+            saturated: Counters::get(&c.saturated),
+            capacity_errors: Counters::get(&c.capacity_errors),
+            breaker_rejections: Counters::get(&c.breaker_rejections),
+            connection_errors: Counters::get(&c.connection_errors),
+            query_errors: Counters::get(&c.query_errors),
+            timeouts: Counters::get(&c.timeouts),
+            retries: Counters::get(&c.retries),
+            in_use,
+            waiting,
+            peak_in_use,
+            peak_waiting,
+            breaker: self.inner.breaker.state(),
+        }
+    }
+
+    /// Logs the statistics through `tracing` at info level.
+    pub fn log_stats(&self) {
+        let s = self.stats();
+        tracing::info!(
+            acquires = s.acquires,
+            acquire_wait_p50_us = s.acquire_wait_p50.as_micros() as u64,
+            acquire_wait_p95_us = s.acquire_wait_p95.as_micros() as u64,
+            saturated = s.saturated,
+            capacity_errors = s.capacity_errors,
+            breaker_rejections = s.breaker_rejections,
+            connection_errors = s.connection_errors,
+            query_errors = s.query_errors,
+            timeouts = s.timeouts,
+            retries = s.retries,
+            peak_in_use = s.peak_in_use,
+            peak_waiting = s.peak_waiting,
+            breaker = ?s.breaker,
+            "waymark pool stats"
+        );
+    }
+
+    /// Admission, the breaker, then a connection. Nothing has been sent to
+    /// the server when this fails, so any caller may retry it.
+    pub(crate) async fn acquire(&self, lane: Lane) -> Result<Lease, ExecError> {
+        let inner = &self.inner;
+        let started = Instant::now();
+        let permit = inner.gate.admit(lane).await.map_err(|refusal| {
+            Counters::bump(&inner.counters.saturated);
+            let (waiting, why) = match refusal {
+                Refusal::QueueFull { waiting } => (waiting, "the wait queue is full"),
+                Refusal::TimedOut { waiting } => {
+                    (waiting, "no connection came free within the acquire timeout")
+                }
+            };
+            ExecError::new(
+                ExecErrorKind::Saturated,
+                format!("pool saturated: {why} ({waiting} callers waiting)"),
+            )
+        })?;
+        let pass = inner.breaker.check().map_err(|cause| {
+            Counters::bump(&inner.counters.breaker_rejections);
+            ExecError::new(ExecErrorKind::CircuitOpen, format!("circuit breaker open; last failure: {cause}"))
+        })?;
+        match inner.pool.get_owned().await {
+            Ok(conn) => {
+                inner.counters.record_wait(started.elapsed());
+                Ok(Lease { conn, pass: Some(pass), _permit: permit })
             }
-        })
+            Err(e) => {
+                let err = match e {
+                    RunError::User(e) => map_error(e),
+                    RunError::TimedOut => {
+                        ExecError::new(ExecErrorKind::Connection, "timed out opening a connection")
+                    }
+                };
+                match err.kind() {
+                    ExecErrorKind::Capacity => {
+                        Counters::bump(&inner.counters.capacity_errors);
+                        pass.neutral();
+                    }
+                    ExecErrorKind::Connection => {
+                        Counters::bump(&inner.counters.connection_errors);
+                        pass.connection_failure(&err.to_string());
+                    }
+                    _ => pass.success(),
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Runs `attempt` with retries: connection failures before anything was
+    /// sent always retry; after sending, only when `repeatable`. 40001,
+    /// 40P01 and 55P03 retry when `repeatable`, without counting toward the
+    /// breaker (they never do).
+    pub(crate) async fn with_retries<T, F, Fut>(
+        &self,
+        lane: Lane,
+        repeatable: bool,
+        mut attempt: F,
+    ) -> Result<T, ExecError>
+    where
+        F: FnMut(Lease) -> Fut,
+        Fut: std::future::Future<Output = (Result<T, ExecError>, bool)>,
+    {
+        let mut tries = 0u32;
+        loop {
+            let (result, sent) = match self.acquire(lane).await {
+                Ok(lease) => attempt(lease).await,
+                Err(e) => (Err(e), false),
+            };
+            let err = match result {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            let transient = match err.kind() {
+                ExecErrorKind::Connection => !sent || repeatable,
+                ExecErrorKind::Query => {
+                    repeatable && matches!(err.sqlstate(), Some("40001" | "40P01" | "55P03"))
+                }
+                _ => false,
+            };
+            if !transient || tries >= self.inner.retry_attempts {
+                return Err(err);
+            }
+            tries += 1;
+            Counters::bump(&self.inner.counters.retries);
+            let delay = self.backoff(tries);
+            tracing::debug!(error = %err, tries, delay_ms = delay.as_millis() as u64, "retrying");
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// Full jitter: uniform in [min, min(max, min * 2^tries)].
+    fn backoff(&self, tries: u32) -> Duration {
+        let (min, max) = (self.inner.backoff_min, self.inner.backoff_max);
+        let ceiling = min.saturating_mul(1u32 << tries.min(20)).min(max);
+        if ceiling <= min {
+            return min;
+        }
+        rand::thread_rng().gen_range(min..=ceiling)
+    }
+
+    /// Runs `fut` under the query timeout; on expiry the server is asked to
+    /// cancel the statement.
+    pub(crate) async fn timed<T>(
+        &self,
+        client: &tokio_postgres::Client,
+        fut: impl std::future::Future<Output = Result<T, ExecError>>,
+    ) -> Result<T, ExecError> {
+        let Some(limit) = self.inner.query_timeout else { return fut.await };
+        match tokio::time::timeout(limit, fut).await {
+            Ok(r) => r,
+            Err(_) => {
+                let token = client.cancel_token();
+                tokio::spawn(async move {
+                    let _ = token.cancel_query(NoTls).await;
+                });
+                Err(ExecError::new(ExecErrorKind::Timeout, format!("query timed out after {limit:?}")))
+            }
+        }
+    }
+
+    async fn run_query(
+        &self,
+        mut lease: Lease,
+        sql: Sql<'_>,
+        params: &[Value],
+    ) -> (Result<Vec<Row>, ExecError>, bool) {
+        let result = self.timed(&lease.conn.client, query_on(&lease.conn.client, sql, params)).await;
+        lease.settle(self, result.as_ref().map(|_| ()));
+        (result, true)
     }
 }
 
@@ -184,16 +334,26 @@ impl PgExecutor for PgPool {
     type Transaction = PoolTransaction;
 
     async fn query(&self, sql: Sql<'_>, params: &[Value]) -> Result<Vec<Row>, ExecError> {
-        let conn = self.checkout().await?;
-        query_on(&conn, sql, params).await
+        self.with_retries(sql.lane, sql.repeatable, |lease| self.run_query(lease, sql, params)).await
     }
 
     async fn execute_script(&self, script: &str) -> Result<(), ExecError> {
-        let conn = self.checkout().await?;
-        conn.batch_execute(script).await.map_err(map_error)
+        self.with_retries(Lane::Ordinary, false, |mut lease| async move {
+            let client = &lease.conn.client;
+            let result =
+                self.timed(client, async { client.batch_execute(script).await.map_err(map_error) }).await;
+            lease.settle(self, result.as_ref().map(|_| ()));
+            (result, true)
+        })
+        .await
     }
 
     async fn begin(&self) -> Result<PoolTransaction, ExecError> {
-        PoolTransaction::begin(self.checkout().await?).await
+        self.begin_in_lane(Lane::Ordinary).await
+    }
+
+    async fn begin_in_lane(&self, lane: Lane) -> Result<PoolTransaction, ExecError> {
+        // Nothing is committed by a failed BEGIN, so it is always safe to retry.
+        self.with_retries(lane, true, |lease| PoolTransaction::begin(self.clone(), lease)).await
     }
 }

@@ -1,51 +1,96 @@
-//! A transaction that owns its pooled connection.
+//! A transaction that holds its pooled connection (and admission permit)
+//! until it ends.
 
 use async_trait::async_trait;
-use waymark_store::{ExecError, PgSession, PgTransaction, Row, Sql, Value};
+use waymark_store::{ExecError, ExecErrorKind, PgSession, PgTransaction, Row, Sql, Value};
 
 use crate::codec::map_error;
-use crate::pool::{query_on, Manager};
+use crate::pool::{query_on, Lease, PgPool};
 
 /// An open transaction on one pooled connection. Use [`PoolTransaction::client`]
 /// for your own statements: they commit or roll back with the store's.
 ///
-/// Dropped without `commit`, it rolls back before the connection goes back to
-/// the pool.
+/// Statements inside a transaction are never retried. Dropped without
+/// `commit`, it rolls back before the connection goes back to the pool; a
+/// connection that failed mid-transaction is discarded.
 pub struct PoolTransaction {
-    conn: Option<bb8::PooledConnection<'static, Manager>>,
+    pool: PgPool,
+    lease: Option<Lease>,
 }
 
 impl std::fmt::Debug for PoolTransaction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PoolTransaction").field("open", &self.conn.is_some()).finish()
+        f.debug_struct("PoolTransaction").field("open", &self.lease.is_some()).finish()
     }
 }
 
 impl PoolTransaction {
-    pub(crate) async fn begin(conn: bb8::PooledConnection<'static, Manager>) -> Result<Self, ExecError> {
-        conn.batch_execute("begin isolation level read committed").await.map_err(map_error)?;
-        Ok(PoolTransaction { conn: Some(conn) })
+    /// Sends BEGIN; the bool says whether anything reached the server.
+    pub(crate) async fn begin(pool: PgPool, mut lease: Lease) -> (Result<Self, ExecError>, bool) {
+        let client = &lease.conn.client;
+        let result = pool
+            .timed(client, async {
+                client.batch_execute("begin isolation level read committed").await.map_err(map_error)
+            })
+            .await;
+        match result {
+            Ok(()) => (Ok(PoolTransaction { pool, lease: Some(lease) }), true),
+            Err(e) => {
+                lease.settle(&pool, Err(&e));
+                (Err(e), true)
+            }
+        }
     }
 
     /// The connection, inside the transaction.
     pub fn client(&self) -> &tokio_postgres::Client {
-        self.conn.as_ref().expect("a live transaction holds its connection")
+        &self.lease.as_ref().expect("a live transaction holds its connection").conn.client
     }
 
-    async fn end(mut self, command: &str) -> Result<(), ExecError> {
-        let conn = self.conn.take().expect("a live transaction holds its connection");
-        conn.batch_execute(command).await.map_err(map_error)
+    fn lease(&mut self) -> &mut Lease {
+        self.lease.as_mut().expect("a live transaction holds its connection")
+    }
+
+    async fn end(mut self, command: &'static str) -> Result<(), ExecError> {
+        let pool = self.pool.clone();
+        let lease = self.lease();
+        let client = &lease.conn.client;
+        let result =
+            pool.timed(client, async { client.batch_execute(command).await.map_err(map_error) }).await;
+        lease.settle(&pool, result.as_ref().map(|_| ()));
+        self.lease = None;
+        result
+    }
+}
+
+/// A connection that failed or timed out mid-transaction is never reused.
+fn mark_broken<T>(lease: &mut Lease, result: &Result<T, ExecError>) {
+    if let Err(e) = result {
+        if matches!(e.kind(), ExecErrorKind::Connection | ExecErrorKind::Timeout) {
+            lease.conn.broken = true;
+        }
     }
 }
 
 #[async_trait]
 impl PgSession for PoolTransaction {
     async fn query(&mut self, sql: Sql<'_>, params: &[Value]) -> Result<Vec<Row>, ExecError> {
-        query_on(self.client(), sql, params).await
+        let pool = self.pool.clone();
+        let lease = self.lease();
+        let client = &lease.conn.client;
+        let result = pool.timed(client, query_on(client, sql, params)).await;
+        mark_broken(lease, &result);
+        result
     }
 
     async fn execute_script(&mut self, script: &str) -> Result<(), ExecError> {
-        self.client().batch_execute(script).await.map_err(map_error)
+        let pool = self.pool.clone();
+        let lease = self.lease();
+        let client = &lease.conn.client;
+        let result =
+            pool.timed(client, async { client.batch_execute(script).await.map_err(map_error) }).await;
+        mark_broken(lease, &result);
+        result
     }
 }
 
@@ -62,25 +107,20 @@ impl PgTransaction for PoolTransaction {
 
 impl Drop for PoolTransaction {
     fn drop(&mut self) {
-        let Some(conn) = self.conn.take() else { return };
-        // Roll back before the connection can be handed out again; it stays
-        // checked out until the rollback has run.
+        let Some(mut lease) = self.lease.take() else { return };
         match tokio::runtime::Handle::try_current() {
+            // Roll back before the connection (and its permit) are released.
             Ok(handle) => {
                 handle.spawn(async move {
-                    if let Err(e) = conn.batch_execute("rollback").await {
-                        tracing::warn!(error = %e, "rollback of a dropped transaction failed");
+                    if let Err(e) = lease.conn.client.batch_execute("rollback").await {
+                        tracing::warn!(error = %e, "rollback of a dropped transaction failed; discarding the connection");
+                        lease.conn.broken = true;
                     }
                 });
             }
-            Err(_) => {
-                // Without a runtime nothing can roll back; never hand out a
-                // connection that is still inside a transaction.
-                tracing::warn!(
-                    "transaction dropped outside a tokio runtime; its connection is leaked, not reused"
-                );
-                std::mem::forget(conn);
-            }
+            // Nothing can roll back here: never reuse a connection still
+            // inside a transaction.
+            Err(_) => lease.conn.broken = true,
         }
     }
 }

@@ -158,6 +158,7 @@ catalogue! {
     LedgerLock => "ledger_lock",
     LedgerList => "ledger_list",
     LedgerRecord => "ledger_record",
+    SetLockTimeout => "set_lock_timeout",
 }
 
 impl Statement {

@@ -44,6 +44,16 @@ pub enum Error {
         /// The version this crate speaks.
         expected: i64,
     },
+    /// A lock wait inside `operation` ran past the store's lock timeout (the
+    /// key or the rows are held by another transaction). Nothing of the
+    /// operation was committed; it is safe to try again.
+    #[error(
+        "lock timeout in {operation}: another transaction held the lock too long; nothing was committed"
+    )]
+    LockTimeout {
+        /// The operation, such as `submit`.
+        operation: &'static str,
+    },
     /// A caller passed a bad argument; the message names it.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -84,6 +94,11 @@ impl Error {
         matches!(self, Error::NotFound { .. })
     }
 
+    /// Whether this is [`Error::LockTimeout`].
+    pub fn is_lock_timeout(&self) -> bool {
+        matches!(self, Error::LockTimeout { .. })
+    }
+
     /// Whether this is [`Error::InvalidArgument`].
     pub fn is_invalid_argument(&self) -> bool {
         matches!(self, Error::InvalidArgument(_))
@@ -109,6 +124,7 @@ impl Error {
             Error::SchemaMismatch(_) => "SchemaMismatch",
             Error::ProtocolVersionMismatch { .. } => "ProtocolVersionMismatch",
             Error::InvalidArgument(_) => "InvalidArgument",
+            Error::LockTimeout { .. } => "LockTimeout",
             Error::Migration { .. } => "MigrationError",
             Error::Decode(_) => "DecodeError",
             Error::Executor(_) => "ExecutorError",

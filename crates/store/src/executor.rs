@@ -18,6 +18,7 @@ use crate::value::{Row, Value};
 /// What kind of failure an executor hit. The pool decides on retries and the
 /// circuit breaker from this; the store reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ExecErrorKind {
     /// The connection failed or was lost (SQLSTATE class 08, 57P01-57P03,
     /// I/O errors, connect timeouts). The outcome of an in-flight write is
@@ -29,6 +30,12 @@ pub enum ExecErrorKind {
     Timeout,
     /// The server rejected or failed the statement.
     Query,
+    /// The executor refused to queue the call: too many callers were waiting
+    /// already, or none became free within the acquire timeout.
+    Saturated,
+    /// The executor's circuit breaker is open after repeated connection
+    /// failures; the call was not attempted.
+    CircuitOpen,
 }
 
 impl fmt::Display for ExecErrorKind {
@@ -38,6 +45,8 @@ impl fmt::Display for ExecErrorKind {
             ExecErrorKind::Capacity => "capacity",
             ExecErrorKind::Timeout => "timeout",
             ExecErrorKind::Query => "query",
+            ExecErrorKind::Saturated => "saturated",
+            ExecErrorKind::CircuitOpen => "circuit open",
         })
     }
 }
@@ -102,7 +111,21 @@ impl std::error::Error for ExecError {
     }
 }
 
-/// A statement ready to send: `$n` SQL and the type of each slot.
+/// Which admission lane a call belongs to. An executor with admission
+/// control lets critical work (lease renewal, settlement) pass ordinary work
+/// (submits, claims, reads) so that running tasks keep their leases under a
+/// burst; an executor without it ignores the lane.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// Submits, claims, reads.
+    #[default]
+    Ordinary,
+    /// Heartbeats and settlements.
+    Critical,
+}
+
+/// A statement ready to send: `$n` SQL, the type of each slot, and how the
+/// store wants it run.
 #[derive(Debug, Clone, Copy)]
 pub struct Sql<'a> {
     /// SQL with `$1..$n` placeholders.
@@ -110,6 +133,12 @@ pub struct Sql<'a> {
     /// The type of `$i` at index `i - 1`, so an executor can bind in one round
     /// trip without preparing (`query_typed` in tokio-postgres).
     pub types: &'a [ParamType],
+    /// The admission lane.
+    pub lane: Lane,
+    /// Whether running the statement again after an unknown outcome (a
+    /// connection lost mid-call) is safe: the store answers correctly either
+    /// way. Only such statements may be retried after they were sent.
+    pub repeatable: bool,
 }
 
 /// One session: a connection checked out for one call, or an open transaction.
@@ -166,6 +195,13 @@ pub trait PgExecutor: Send + Sync {
 
     /// Opens a READ COMMITTED transaction.
     async fn begin(&self) -> Result<Self::Transaction, ExecError>;
+
+    /// Opens a READ COMMITTED transaction for work of `lane`. Defaults to
+    /// [`PgExecutor::begin`]; executors with admission lanes override it.
+    async fn begin_in_lane(&self, lane: Lane) -> Result<Self::Transaction, ExecError> {
+        let _ = lane;
+        self.begin().await
+    }
 
     /// Starts listening on `channels` on a session of its own, if the executor
     /// can. `Ok(None)` (the default) means it cannot, and callers poll:

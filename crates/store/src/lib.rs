@@ -38,12 +38,13 @@ mod value;
 pub use backoff::RetryBackoff;
 pub use error::{Error, Result};
 pub use executor::{
-    ExecError, ExecErrorKind, Notification, NotificationStream, PgExecutor, PgSession, PgTransaction, Sql,
+    ExecError, ExecErrorKind, Lane, Notification, NotificationStream, PgExecutor, PgSession, PgTransaction,
+    Sql,
 };
 pub use id::{new_task_id, task_id_from_parts};
 pub use migrate::{MigrationReport, MigrationState};
 pub use options::{ClaimRequest, Conflict, Failure, ListFilter, NewTask, PurgeFilter};
-pub use store::{ConnectOptions, Store};
+pub use store::{ConnectOptions, Store, DEFAULT_LOCK_TIMEOUT};
 pub use task::{codes, Beat, ErrorEnvelope, StatusCounts, Task, TaskState, TaskStatus};
 pub use value::{Row, Value};
 /// The protocol crate, re-exported for executors that need parameter types.

@@ -112,11 +112,12 @@ pub(crate) async fn migrate<E: PgExecutor>(exec: &E) -> Result<MigrationReport> 
 }
 
 /// `create table if not exists` is not atomic against a concurrent creator:
-/// the loser of the race gets a unique violation (23505) or "already
-/// exists" (42P07). Either means the ledger is there, which is all we need.
+/// the loser of the race gets a unique violation (23505), "relation already
+/// exists" (42P07) or "type already exists" (42710). Each means a concurrent
+/// migrator created the ledger, which is all we need.
 async fn create_ledger<E: PgExecutor>(exec: &E) -> Result<()> {
     match run(&mut Autocommit(exec), Statement::LedgerCreate, vec![]).await {
-        Err(e) if matches!(e.sqlstate(), Some("23505") | Some("42P07")) => Ok(()),
+        Err(e) if matches!(e.sqlstate(), Some("23505" | "42P07" | "42710")) => Ok(()),
         other => other.map(|_| ()),
     }
 }

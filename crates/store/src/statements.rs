@@ -8,7 +8,7 @@ use waymark_dialect::Rewritten;
 use waymark_protocol::{ParamType, Statement};
 
 use crate::error::{Error, Result};
-use crate::executor::{PgSession, Sql};
+use crate::executor::{Lane, PgSession, Sql};
 use crate::value::{Row, Value};
 
 /// One statement's SQL for one combination of optional filters.
@@ -37,7 +37,8 @@ where
         .map_err(|e| Error::invalid(format!("binding {}: {e}", stmt.name())))?;
     let mut slots: Vec<Option<Value>> = binds.into_iter().map(|(_, v)| Some(v)).collect();
     let params: Vec<Value> = order.iter().map(|&i| slots[i].take().unwrap_or(Value::Null)).collect();
-    let sql = Sql { text: prepared.rewritten.sql(), types: &prepared.types };
+    let (lane, repeatable) = intent(stmt);
+    let sql = Sql { text: prepared.rewritten.sql(), types: &prepared.types, lane, repeatable };
     Ok(session.query(sql, &params).await?)
 }
 
@@ -47,6 +48,47 @@ where
     S: PgSession + ?Sized,
 {
     Ok(run(session, stmt, binds).await?.into_iter().next())
+}
+
+/// The lane of each statement, and whether sending it twice is safe: the
+/// executor may retry a repeatable statement after a lost connection.
+///
+/// Reads, heartbeats and progress change nothing on a second run (or only
+/// extend a lease again). `insert_task` is repeatable because the task id is
+/// made by the client: a second insert of a committed task fails on the
+/// primary key and the store answers with the row already there. Everything
+/// else would answer wrongly on a second run (a settlement would report a
+/// lost lease, a cancel "nothing to cancel"), so it is never resent.
+pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {
+    use Statement::*;
+    let lane = match stmt {
+        Heartbeat | HeartbeatBatch | Succeed | Complete | Fail => Lane::Critical,
+        _ => Lane::Ordinary,
+    };
+    let repeatable = matches!(
+        stmt,
+        ProtocolVersion
+            | Installations
+            | Get
+            | GetByKey
+            | GetStatus
+            | GetStatusByKey
+            | GetKey
+            | List
+            | Stats
+            | QueueDepth
+            | ClaimableProbe
+            | InsertTask
+            | Heartbeat
+            | HeartbeatBatch
+            | Progress
+            | LedgerCreate
+            | LedgerExists
+            | LedgerList
+            | SetLockTimeout
+            | LockKey
+    );
+    (lane, repeatable)
 }
 
 fn prepared(stmt: Statement, binds: &Binds) -> Result<Arc<Prepared>> {

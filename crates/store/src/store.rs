@@ -1,12 +1,13 @@
 //! [`Store`]: every queue operation of protocol v1.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde_json::Value as Json;
 use waymark_protocol::Statement;
 
 use crate::error::{Error, Result};
-use crate::executor::{Autocommit, PgExecutor, PgSession, PgTransaction};
+use crate::executor::{Autocommit, Lane, PgExecutor, PgSession, PgTransaction};
 use crate::id::new_task_id;
 use crate::migrate::{self, MigrationReport, MigrationState};
 use crate::options::{non_empty, ClaimRequest, Conflict, Failure, ListFilter, NewTask, PurgeFilter};
@@ -43,13 +44,40 @@ impl ConnectOptions {
 #[derive(Debug, Clone)]
 pub struct Store<E> {
     exec: E,
+    lock_timeout: String,
 }
+
+/// The default bound on a lock wait inside a store transaction.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl<E: PgExecutor> Store<E> {
     /// A store over `exec`. No I/O: call [`Store::connect`] (or
     /// [`Store::migrate`]) before first use on a new database.
     pub fn new(exec: E) -> Self {
-        Store { exec }
+        Store { exec, lock_timeout: format_ms(DEFAULT_LOCK_TIMEOUT) }
+    }
+
+    /// Bounds each lock wait inside the store's transactions (a keyed
+    /// submit's key lock, a claim, a keyed cancel or retry): past it the
+    /// operation fails with [`Error::LockTimeout`] and commits nothing.
+    /// Defaults to 5 s. Set per transaction, so it never leaks to other users
+    /// of a connection.
+    pub fn with_lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = format_ms(timeout.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// Opens a transaction in `lane` with the lock timeout set.
+    async fn begin(&self, lane: Lane) -> Result<E::Transaction> {
+        let mut tx = self.exec.begin_in_lane(lane).await?;
+        if let Err(e) =
+            run(&mut tx, Statement::SetLockTimeout, vec![("lock_timeout", self.lock_timeout.as_str().into())])
+                .await
+        {
+            let _ = tx.rollback().await;
+            return Err(e);
+        }
+        Ok(tx)
     }
 
     /// Runs the connect sequence of protocol v1 and returns the store:
@@ -104,11 +132,18 @@ impl<E: PgExecutor> Store<E> {
     pub async fn submit(&self, task: NewTask) -> Result<Task> {
         task.validate()?;
         if task.key.is_none() {
-            return insert(&mut Autocommit(&self.exec), &task).await;
+            let id = new_task_id();
+            return match insert(&mut Autocommit(&self.exec), &task, &id).await {
+                // The executor resent an insert whose first run committed
+                // (the connection was lost before the answer): the id is ours,
+                // so the row there is this submit's task, not a second one.
+                Err(e) if e.sqlstate() == Some("23505") => self.fetch(&id).await,
+                other => other,
+            };
         }
-        let mut tx = self.exec.begin().await?;
+        let mut tx = self.begin(Lane::Ordinary).await?;
         let out = submit_keyed(&mut tx, &task).await;
-        finish(tx, out).await
+        finish(tx, out, "submit").await
     }
 
     /// Submits a task inside the caller's transaction: it exists only if the
@@ -116,7 +151,7 @@ impl<E: PgExecutor> Store<E> {
     pub async fn submit_in(&self, tx: &mut E::Transaction, task: NewTask) -> Result<Task> {
         task.validate()?;
         if task.key.is_none() {
-            insert(tx, &task).await
+            insert(tx, &task, &new_task_id()).await
         } else {
             submit_keyed(tx, &task).await
         }
@@ -218,7 +253,7 @@ impl<E: PgExecutor> Store<E> {
     /// Cancels the task a key names (see [`Store::cancel`]).
     pub async fn cancel_by_key(&self, key: &str) -> Result<Option<Task>> {
         non_empty("key", key)?;
-        let mut tx = self.exec.begin().await?;
+        let mut tx = self.begin(Lane::Ordinary).await?;
         let out = async {
             match key_target(&mut tx, key).await? {
                 Some(id) => cancel(&mut tx, &id).await,
@@ -226,7 +261,7 @@ impl<E: PgExecutor> Store<E> {
             }
         }
         .await;
-        finish(tx, out).await
+        finish(tx, out, "cancel_by_key").await
     }
 
     /// Puts a failed or canceled task back in the queue, due now. `None` when
@@ -238,7 +273,7 @@ impl<E: PgExecutor> Store<E> {
     /// Retries the task a key names (see [`Store::retry`]).
     pub async fn retry_by_key(&self, key: &str, reset_attempt: bool) -> Result<Option<Task>> {
         non_empty("key", key)?;
-        let mut tx = self.exec.begin().await?;
+        let mut tx = self.begin(Lane::Ordinary).await?;
         let out = async {
             match key_target(&mut tx, key).await? {
                 Some(id) => retry(&mut tx, &id, reset_attempt).await,
@@ -246,7 +281,7 @@ impl<E: PgExecutor> Store<E> {
             }
         }
         .await;
-        finish(tx, out).await
+        finish(tx, out, "retry_by_key").await
     }
 
     /// Deletes up to `filter.limit` terminal tasks completed before the
@@ -301,13 +336,13 @@ impl<E: PgExecutor> Store<E> {
         if !claimable {
             return Ok(Vec::new());
         }
-        let mut tx = self.exec.begin().await?;
+        let mut tx = self.begin(Lane::Ordinary).await?;
         let out = async {
             recover_leases(&mut tx).await?;
             claim_draw(&mut tx, req).await
         }
         .await;
-        finish(tx, out).await
+        finish(tx, out, "claim").await
     }
 
     /// Extends a lease; [`Error::LostLease`] if the worker no longer holds it.
@@ -410,8 +445,9 @@ impl<E: PgExecutor> Store<E> {
 
 // ----- shared steps, each written once for autocommit and transactions -----
 
-/// Commits on success, rolls back on error, and returns the outcome.
-async fn finish<T, X: PgTransaction>(tx: X, out: Result<T>) -> Result<T> {
+/// Commits on success, rolls back on error, and returns the outcome; a lock
+/// timeout (SQLSTATE 55P03) becomes [`Error::LockTimeout`] naming `operation`.
+async fn finish<T, X: PgTransaction>(tx: X, out: Result<T>, operation: &'static str) -> Result<T> {
     match out {
         Ok(v) => {
             tx.commit().await?;
@@ -420,14 +456,17 @@ async fn finish<T, X: PgTransaction>(tx: X, out: Result<T>) -> Result<T> {
         Err(e) => {
             // The operation's error is the one to report.
             let _ = tx.rollback().await;
-            Err(e)
+            Err(if e.sqlstate() == Some("55P03") { Error::LockTimeout { operation } } else { e })
         }
     }
 }
 
-async fn insert<S: PgSession + ?Sized>(s: &mut S, t: &NewTask) -> Result<Task> {
-    let id = new_task_id();
-    let root_id = t.root_id.clone().unwrap_or_else(|| id.clone());
+fn format_ms(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+async fn insert<S: PgSession + ?Sized>(s: &mut S, t: &NewTask, id: &str) -> Result<Task> {
+    let root_id = t.root_id.clone().unwrap_or_else(|| id.to_owned());
     let binds: Binds = vec![
         ("id", id.into()),
         ("name", t.name.as_str().into()),
@@ -466,7 +505,7 @@ async fn submit_keyed<S: PgSession + ?Sized>(s: &mut S, t: &NewTask) -> Result<T
             _ => {}
         }
     }
-    let task = insert(s, t).await?;
+    let task = insert(s, t, &new_task_id()).await?;
     run(s, Statement::UpsertKey, vec![("key", key.into()), ("task_id", task.id.as_str().into())]).await?;
     Ok(task)
 }

@@ -1,0 +1,49 @@
+//! The bb8 connection manager: bb8-postgres underneath, plus a `broken` mark
+//! so that a connection whose socket failed or whose query timed out is
+//! dropped when it is returned, never handed out again.
+
+use bb8::ManageConnection;
+use bb8_postgres::PostgresConnectionManager;
+use tokio_postgres::{Client, NoTls};
+
+/// A pooled connection.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub(crate) client: Client,
+    /// Set when the connection must not be reused.
+    pub(crate) broken: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Manager {
+    inner: PostgresConnectionManager<NoTls>,
+    /// Run once on each new connection (the schema's `search_path`).
+    setup: Option<String>,
+}
+
+impl Manager {
+    pub(crate) fn new(config: tokio_postgres::Config, setup: Option<String>) -> Self {
+        Manager { inner: PostgresConnectionManager::new(config, NoTls), setup }
+    }
+}
+
+impl ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = tokio_postgres::Error;
+
+    async fn connect(&self) -> Result<Conn, tokio_postgres::Error> {
+        let client = self.inner.connect().await?;
+        if let Some(setup) = &self.setup {
+            client.batch_execute(setup).await?;
+        }
+        Ok(Conn { client, broken: false })
+    }
+
+    async fn is_valid(&self, conn: &mut Conn) -> Result<(), tokio_postgres::Error> {
+        conn.client.simple_query("").await.map(|_| ())
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.broken || conn.client.is_closed()
+    }
+}
