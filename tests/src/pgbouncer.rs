@@ -37,13 +37,15 @@ use crate::private_cluster::{free_port, process_alive};
 /// Name of the folder (under `target/`) that holds each PgBouncer's files.
 const ROOT_NAME: &str = "waymark-pgbouncer";
 
-/// The host and port of a `postgres://` URL (or key=value connection string),
-/// for [`PgBouncer::start`]. Panics if it names no TCP host.
+/// The (first) host and port of a `postgres://` URL or key=value connection
+/// string, for [`PgBouncer::start`]: a host name, or a Unix socket directory,
+/// which PgBouncer takes as `host=` too. Panics if it names no host.
 pub fn host_and_port(url: &str) -> (String, u16) {
     let config = tokio_postgres::Config::from_str(url).unwrap_or_else(|e| panic!("parsing {url}: {e}"));
     let host = match config.get_hosts().first() {
         Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
-        other => panic!("{url} names no TCP host ({other:?})"),
+        Some(tokio_postgres::config::Host::Unix(dir)) => dir.display().to_string(),
+        None => panic!("{url} names no host"),
     };
     (host, config.get_ports().first().copied().unwrap_or(5432))
 }

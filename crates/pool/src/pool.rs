@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bb8::RunError;
+use bb8::{ManageConnection, RunError};
 use rand::Rng;
 use tokio_postgres::NoTls;
 use waymark_store::{ExecError, ExecErrorKind, Lane, PgExecutor, Row, Sql, Value};
@@ -28,6 +28,10 @@ pub struct PgPool {
 
 struct Inner {
     pool: bb8::Pool<Manager>,
+    /// Opens connections outside bb8 so that a failed connect is seen at
+    /// once, with its cause (bb8 hides it behind its connection timeout).
+    direct: Manager,
+    max_size: u32,
     gate: Gate,
     breaker: Breaker,
     counters: Counters,
@@ -116,10 +120,12 @@ impl PgPool {
             // bb8's own retry loop would hide a dead server for the whole
             // connection timeout.
             .retry_connection(false)
-            .build_unchecked(Manager::new(config, setup));
+            .build_unchecked(Manager::new(config.clone(), setup.clone()));
         PgPool {
             inner: Arc::new(Inner {
                 pool,
+                direct: Manager::new(config, setup),
+                max_size: b.max_size,
                 gate: Gate::new(b.max_size as usize, b.max_waiting, b.acquire_timeout),
                 breaker: Breaker::new(b.breaker_threshold, b.breaker_open_for),
                 counters: Counters::default(),
@@ -204,7 +210,7 @@ impl PgPool {
             Counters::bump(&inner.counters.breaker_rejections);
             ExecError::new(ExecErrorKind::CircuitOpen, format!("circuit breaker open; last failure: {cause}"))
         })?;
-        match inner.pool.get_owned().await {
+        match self.checkout().await {
             Ok(conn) => {
                 inner.counters.record_wait(started.elapsed());
                 Ok(Lease { conn, pass: Some(pass), _permit: permit })
@@ -230,6 +236,20 @@ impl PgPool {
                 Err(err)
             }
         }
+    }
+
+    /// A pooled connection; when none is idle and there is room, one is
+    /// opened here first and handed to the pool, so a connect failure comes
+    /// back at once with its cause.
+    async fn checkout(&self) -> Result<Pooled, RunError<tokio_postgres::Error>> {
+        let inner = &self.inner;
+        let state = inner.pool.state();
+        if state.idle_connections == 0 && state.connections < inner.max_size {
+            let conn = inner.direct.connect().await.map_err(RunError::User)?;
+            // Full meanwhile (another caller added one): this one just closes.
+            let _ = inner.pool.add(conn);
+        }
+        inner.pool.get_owned().await
     }
 
     /// Runs `attempt` with retries: connection failures before anything was
