@@ -120,6 +120,10 @@ impl PgPool {
             // bb8's own retry loop would hide a dead server for the whole
             // connection timeout.
             .retry_connection(false)
+            // No ping per checkout (a round trip on every call): a socket the
+            // server closed is seen by `is_closed` below, and a statement
+            // that fails on a dead connection is retried where that is safe.
+            .test_on_check_out(false)
             .build_unchecked(Manager::new(config.clone(), setup.clone()));
         PgPool {
             inner: Arc::new(Inner {
@@ -243,13 +247,21 @@ impl PgPool {
     /// back at once with its cause.
     async fn checkout(&self) -> Result<Pooled, RunError<tokio_postgres::Error>> {
         let inner = &self.inner;
-        let state = inner.pool.state();
-        if state.idle_connections == 0 && state.connections < inner.max_size {
-            let conn = inner.direct.connect().await.map_err(RunError::User)?;
-            // Full meanwhile (another caller added one): this one just closes.
-            let _ = inner.pool.add(conn);
+        // Each pass either returns or discards one closed connection, so
+        // this ends after at most max_size + 1 passes.
+        loop {
+            let state = inner.pool.state();
+            if state.idle_connections == 0 && state.connections < inner.max_size {
+                let conn = inner.direct.connect().await.map_err(RunError::User)?;
+                // Full meanwhile (another caller added one): this one just closes.
+                let _ = inner.pool.add(conn);
+            }
+            let mut conn = inner.pool.get_owned().await?;
+            if !conn.client.is_closed() {
+                return Ok(conn);
+            }
+            conn.broken = true;
         }
-        inner.pool.get_owned().await
     }
 
     /// Runs `attempt` with retries: connection failures before anything was
