@@ -57,15 +57,7 @@ pub fn ensure_throwaway() -> Result<String, String> {
     let data = root.join("data");
     if !data.join("PG_VERSION").exists() {
         let _ = fs::remove_dir_all(&data);
-        let mut initdb = pg_command(&bin.join("initdb"), as_root);
-        initdb.args(["-D"]).arg(&data).args([
-            "-U",
-            "postgres",
-            "--auth=trust",
-            "--encoding=UTF8",
-            "--no-sync",
-        ]);
-        run(&mut initdb)?;
+        initdb(&bin, &data, as_root)?;
     }
     let log = root.join("server.log");
     let options = format!(
@@ -124,6 +116,36 @@ fn path_hash(path: &Path) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     path.hash(&mut h);
     h.finish()
+}
+
+/// Creates a cluster's data directory: superuser `postgres`, trust auth.
+pub fn initdb(bin: &Path, data: &Path, as_root: bool) -> Result<(), String> {
+    let mut cmd = pg_command(&bin.join("initdb"), as_root);
+    cmd.args(["-D"]).arg(data).args(["-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-sync"]);
+    run(&mut cmd)
+}
+
+/// The file a test-owned server folder names its owning test process in.
+pub const OWNER_FILE: &str = "owner.pid";
+
+/// Whether a test-owned server folder has lost its owner: the process named
+/// in its owner file is gone, or (a start killed half-way) it has no owner
+/// file and is over an hour old.
+pub fn is_orphaned(entry: &fs::DirEntry) -> bool {
+    match fs::read_to_string(entry.path().join(OWNER_FILE)) {
+        Ok(pid) => pid.trim().parse().is_ok_and(|pid| !process_alive(pid)),
+        Err(_) => entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| std::time::SystemTime::now().duration_since(t).ok())
+            .is_some_and(|age| age > Duration::from_secs(3600)),
+    }
+}
+
+/// Whether a process with this id is alive.
+pub fn process_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// The directory of the newest installed PostgreSQL server binaries.

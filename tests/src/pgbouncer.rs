@@ -27,12 +27,12 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::str::FromStr;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use crate::cluster::{is_root, port_open, run, runtime_root};
-use crate::private_cluster::{free_port, process_alive};
+use crate::cluster::{is_orphaned, is_root, port_open, run, runtime_root, OWNER_FILE};
+use crate::private_cluster::free_port;
 
 /// Name of the folder (under `target/`) that holds each PgBouncer's files.
 const ROOT_NAME: &str = "waymark-pgbouncer";
@@ -277,8 +277,6 @@ impl Drop for PgBouncer {
     }
 }
 
-/// The file in a PgBouncer's folder that holds the owning process's id.
-const OWNER_FILE: &str = "owner.pid";
 /// The file in a PgBouncer's folder that holds PgBouncer's own process id.
 const CHILD_FILE: &str = "pgbouncer.pid";
 
@@ -322,16 +320,7 @@ fn sweep_orphans(root: &Path) {
         if !dir.is_dir() {
             continue;
         }
-        let orphaned = match fs::read_to_string(dir.join(OWNER_FILE)) {
-            Ok(pid) => pid.trim().parse().is_ok_and(|pid| !process_alive(pid)),
-            Err(_) => entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| SystemTime::now().duration_since(t).ok())
-                .is_some_and(|age| age > Duration::from_secs(3600)),
-        };
-        if !orphaned {
+        if !is_orphaned(&entry) {
             continue;
         }
         if let Some(pid) =

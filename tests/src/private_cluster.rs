@@ -32,11 +32,13 @@ use std::io::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use crate::cluster::{is_root, pg_bindir, pg_command, port_open, run, runtime_root};
+use crate::cluster::{
+    initdb, is_orphaned, is_root, pg_bindir, pg_command, port_open, run, runtime_root, OWNER_FILE,
+};
 
 /// Name of the folder (under `target/`) that holds the template and the
 /// private clusters.
@@ -248,9 +250,6 @@ impl Drop for PrivateCluster {
     }
 }
 
-/// The file in a cluster's folder that holds the owning process's id.
-const OWNER_FILE: &str = "owner.pid";
-
 /// The initialised data directory the clusters are copied from, made once
 /// (under a lock, so concurrent test binaries wait for the first) per
 /// PostgreSQL binary directory.
@@ -274,15 +273,7 @@ fn ensure_template(root: &Path, bin: &Path, as_root: bool) -> Result<PathBuf, St
     // (initdb killed) is never taken for a whole one.
     let partial = root.join(format!("template-{key:016x}.partial"));
     let _ = fs::remove_dir_all(&partial);
-    let mut initdb = pg_command(&bin.join("initdb"), as_root);
-    initdb.args(["-D"]).arg(&partial).args([
-        "-U",
-        "postgres",
-        "--auth=trust",
-        "--encoding=UTF8",
-        "--no-sync",
-    ]);
-    run(&mut initdb)?;
+    initdb(bin, &partial, as_root)?;
     fs::rename(&partial, &template).map_err(|e| format!("renaming the template: {e}"))?;
     Ok(template)
 }
@@ -326,11 +317,6 @@ pub fn free_port() -> Result<u16, String> {
     listener.local_addr().map(|a| a.port()).map_err(|e| format!("finding a free port: {e}"))
 }
 
-/// Whether process `pid` exists (on Linux, through `/proc`).
-pub(crate) fn process_alive(pid: u32) -> bool {
-    Path::new("/proc").join(pid.to_string()).exists()
-}
-
 /// Stops and removes clusters whose owning process is gone, and folders
 /// left without an owner file (a start killed half-way) for over an hour.
 fn sweep_orphans(root: &Path, bin: &Path, as_root: bool) {
@@ -341,16 +327,7 @@ fn sweep_orphans(root: &Path, bin: &Path, as_root: bool) {
         if !dir.is_dir() || name.starts_with("template-") {
             continue;
         }
-        let orphaned = match fs::read_to_string(dir.join(OWNER_FILE)) {
-            Ok(pid) => pid.trim().parse().is_ok_and(|pid| !process_alive(pid)),
-            Err(_) => entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| SystemTime::now().duration_since(t).ok())
-                .is_some_and(|age| age > Duration::from_secs(3600)),
-        };
-        if !orphaned {
+        if !is_orphaned(&entry) {
             continue;
         }
         let data = dir.join("data");
