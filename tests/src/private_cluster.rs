@@ -125,6 +125,24 @@ impl PrivateCluster {
         &self.dir
     }
 
+    /// The data directory (relative server paths such as `ssl_cert_file`
+    /// resolve against it).
+    pub fn data_dir(&self) -> &Path {
+        &self.data
+    }
+
+    /// Writes `contents` to `name` in the data directory, readable only by
+    /// the server's user (as PostgreSQL wants of a private key).
+    pub fn write_private_file(&self, name: &str, contents: &[u8]) {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.data.join(name);
+        fs::write(&path, contents).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).expect("chmod 600");
+        if self.as_root {
+            run(Command::new("chown").arg("postgres:postgres").arg(&path)).expect("chown postgres");
+        }
+    }
+
     /// The server log so far.
     pub fn log(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()

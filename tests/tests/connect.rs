@@ -166,3 +166,56 @@ async fn migration_status_reads_a_fresh_database_as_all_pending() {
     assert_eq!(ledger.and_then(|r| r.get::<_, Option<String>>(0)), None, "status changes nothing");
     db.drop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_that_waits_too_long_names_itself_and_commits_nothing() {
+    use std::time::{Duration, Instant};
+    let db = TestDatabase::new().await;
+    // One connection, so the leak check below sees the one that migrated.
+    let one = PgPool::builder(&db.url).max_size(1).build().expect("pool");
+    let store = Store::connect(one, ConnectOptions::default()).await.expect("connect");
+
+    // Another session holds the ledger, like a migrator that hangs.
+    let holder = admin_client(&db.url).await;
+    holder.batch_execute("begin; lock table cairnq_migrations in exclusive mode").await.expect("hold");
+
+    let started = Instant::now();
+    let lock_bound =
+        store.clone().with_migration_timeouts(Duration::from_millis(200), Duration::from_secs(60));
+    match lock_bound.migrate().await {
+        Err(e @ Error::MigrationTimeout { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("0001_init.sql") && msg.contains("200ms") && msg.contains("lock"), "{msg}");
+        }
+        other => panic!("expected MigrationTimeout, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(5), "bounded: {:?}", started.elapsed());
+
+    // A statement bound shorter than the lock bound fires first and says so.
+    let statement_bound =
+        store.clone().with_migration_timeouts(Duration::from_secs(60), Duration::from_millis(200));
+    match statement_bound.migrate().await {
+        Err(Error::MigrationTimeout { name, waited_for_lock, limit }) => {
+            assert_eq!((name.as_str(), waited_for_lock, limit.as_str()), ("0001_init.sql", false, "200ms"));
+        }
+        other => panic!("expected MigrationTimeout, got {other:?}"),
+    }
+
+    // Released: migrate goes through, and the ledger is as it was.
+    holder.batch_execute("commit").await.expect("release");
+    let report = store.migrate().await.expect("migrate after release");
+    assert_eq!((report.applied.len(), report.skipped), (0, 10));
+    use waymark_store::PgExecutor;
+    let tx = store.executor().begin().await.expect("begin");
+    let row = tx
+        .client()
+        .query_one("select current_setting('lock_timeout'), current_setting('statement_timeout')", &[])
+        .await
+        .expect("settings");
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, String>(1)),
+        ("0".into(), "0".into()),
+        "no bound leaked"
+    );
+    db.drop().await;
+}

@@ -114,7 +114,18 @@ pub fn map_error(e: tokio_postgres::Error) -> ExecError {
             Some(detail) => format!("{}: {detail}", db.message()),
             None => db.message().to_owned(),
         },
-        None => e.to_string(),
+        // tokio-postgres keeps the cause (the TLS or I/O failure) apart from
+        // its message: bring it along, so the error says what went wrong.
+        None => {
+            let mut message = e.to_string();
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                message.push_str(": ");
+                message.push_str(&c.to_string());
+                cause = c.source();
+            }
+            message
+        }
     };
     let kind = classify(code.as_deref(), &message, e.is_closed() || e.as_db_error().is_none());
     let mut err = ExecError::new(kind, message);

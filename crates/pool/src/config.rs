@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
+use crate::conninfo::ConnInfo;
 use crate::pool::PgPool;
+use crate::tls::Endpoint;
 
 /// Why a pool could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +40,7 @@ pub struct PgPoolBuilder {
     pub(crate) application_name: String,
     pub(crate) schema: Option<String>,
     pub(crate) keepalive_idle: Option<Duration>,
+    pub(crate) listen_url: Option<String>,
 }
 
 impl PgPoolBuilder {
@@ -58,6 +61,7 @@ impl PgPoolBuilder {
             application_name: "waymark".to_owned(),
             schema: None,
             keepalive_idle: Some(Duration::from_secs(30)),
+            listen_url: None,
         }
     }
 
@@ -149,6 +153,43 @@ impl PgPoolBuilder {
         self
     }
 
+    /// The URL of a direct session to the same database, for work a pooler
+    /// in transaction mode cannot carry (LISTEN). Defaults to the pool's
+    /// URL, except that a host named `*-pooler.*` (the convention of hosted
+    /// poolers) becomes the same name without `-pooler`.
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
+        self
+    }
+
+    /// The session URL the built pool will use for LISTEN (see
+    /// [`PgPoolBuilder::listen_url`]).
+    pub(crate) fn resolved_listen_url(&self) -> String {
+        self.listen_url
+            .clone()
+            .or_else(|| ConnInfo::new(&self.url).without_pooler_host())
+            .unwrap_or_else(|| self.url.clone())
+    }
+
+    /// Parses `url` with this builder's connection settings applied.
+    pub(crate) fn endpoint(&self, url: &str) -> Result<Endpoint, PoolError> {
+        let mut endpoint = Endpoint::parse(url)?;
+        let config = &mut endpoint.config;
+        if config.get_application_name().is_none() {
+            config.application_name(&self.application_name);
+        }
+        config.connect_timeout(self.connect_timeout);
+        match self.keepalive_idle {
+            Some(idle) => {
+                config.keepalives(true).keepalives_idle(idle);
+            }
+            None => {
+                config.keepalives(false);
+            }
+        }
+        Ok(endpoint)
+    }
+
     /// Builds the pool. Does not connect: the first call does.
     pub fn build(self) -> Result<PgPool, PoolError> {
         let bad = |msg: String| Err(PoolError::InvalidSetting(msg));
@@ -180,20 +221,35 @@ impl PgPoolBuilder {
             }
             None => None,
         };
-        let mut config: tokio_postgres::Config =
-            self.url.parse().map_err(|e: tokio_postgres::Error| PoolError::InvalidUrl(e.to_string()))?;
-        if config.get_application_name().is_none() {
-            config.application_name(&self.application_name);
-        }
-        config.connect_timeout(self.connect_timeout);
-        match self.keepalive_idle {
-            Some(idle) => {
-                config.keepalives(true).keepalives_idle(idle);
-            }
-            None => {
-                config.keepalives(false);
-            }
-        }
-        Ok(PgPool::from_parts(self, config, setup))
+        let endpoint = self.endpoint(&self.url)?;
+        let listen_url = self.resolved_listen_url();
+        let listen = self.endpoint(&listen_url).map_err(|e| match e {
+            PoolError::InvalidUrl(why) => PoolError::InvalidUrl(format!("listen url: {why}")),
+            other => other,
+        })?;
+        Ok(PgPool::from_parts(self, endpoint, setup, listen_url, listen))
+    }
+}
+
+#[cfg(test)]
+mod listen_url_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_listen_url_is_the_direct_host_behind_a_pooler_or_as_given() {
+        let pooled = PgPool::builder("postgres://u@ep-1-pooler.eu.example.tech/db?sslmode=require")
+            .build()
+            .expect("pool");
+        assert_eq!(pooled.listen_url(), "postgres://u@ep-1.eu.example.tech/db?sslmode=require");
+        let explicit = PgPool::builder("postgres://u@pgbouncer:6432/db")
+            .listen_url("postgres://u@primary:5432/db")
+            .build()
+            .expect("pool");
+        assert_eq!(explicit.listen_url(), "postgres://u@primary:5432/db");
+        let plain = PgPool::builder("postgres://u@db/app").build().expect("pool");
+        assert_eq!(plain.listen_url(), "postgres://u@db/app");
+        let bad =
+            PgPool::builder("postgres://u@db/app").listen_url("postgres://u@db/app?sslmode=bogus").build();
+        assert!(bad.unwrap_err().to_string().contains("listen url"));
     }
 }

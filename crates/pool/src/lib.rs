@@ -49,15 +49,18 @@ mod admission;
 mod breaker;
 pub mod codec;
 mod config;
+mod conninfo;
 mod manager;
 mod pool;
 mod stats;
+mod tls;
 mod transaction;
 
 pub use breaker::BreakerState;
 pub use config::{PgPoolBuilder, PoolError, MAX_POOL_SIZE};
 pub use pool::PgPool;
 pub use stats::PoolStats;
+pub use tls::SslMode;
 pub use transaction::PoolTransaction;
 
 // Compiles the README's example as a doc test, so it cannot rot.

@@ -4,7 +4,10 @@
 
 use bb8::ManageConnection;
 use bb8_postgres::PostgresConnectionManager;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use crate::tls::Endpoint;
 
 /// A pooled connection.
 #[derive(Debug)]
@@ -16,14 +19,14 @@ pub(crate) struct Conn {
 
 #[derive(Debug)]
 pub(crate) struct Manager {
-    inner: PostgresConnectionManager<NoTls>,
+    inner: PostgresConnectionManager<MakeRustlsConnect>,
     /// Run once on each new connection (the schema's `search_path`).
     setup: Option<String>,
 }
 
 impl Manager {
-    pub(crate) fn new(config: tokio_postgres::Config, setup: Option<String>) -> Self {
-        Manager { inner: PostgresConnectionManager::new(config, NoTls), setup }
+    pub(crate) fn new(endpoint: Endpoint, setup: Option<String>) -> Self {
+        Manager { inner: PostgresConnectionManager::new(endpoint.config, endpoint.tls), setup }
     }
 }
 

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bb8::{ManageConnection, RunError};
 use rand::Rng;
-use tokio_postgres::NoTls;
 use waymark_store::{ExecError, ExecErrorKind, Lane, PgExecutor, Row, Sql, Value};
 
 use crate::admission::{Gate, Permit, Refusal};
@@ -15,6 +14,7 @@ use crate::codec::{decode_row, map_error, typed_params};
 use crate::config::PgPoolBuilder;
 use crate::manager::Manager;
 use crate::stats::{Counters, PoolStats};
+use crate::tls::{Endpoint, SslMode};
 use crate::transaction::PoolTransaction;
 
 pub(crate) type Pooled = bb8::PooledConnection<'static, Manager>;
@@ -40,6 +40,12 @@ struct Inner {
     backoff_min: Duration,
     backoff_max: Duration,
     schema: Option<String>,
+    /// Cancels statements past the query timeout, over the same TLS.
+    cancel_tls: tokio_postgres_rustls::MakeRustlsConnect,
+    ssl_mode: SslMode,
+    listen_url: String,
+    #[allow(dead_code)] // read by the LISTEN hub
+    listen: Endpoint,
 }
 
 impl std::fmt::Debug for PgPool {
@@ -109,8 +115,10 @@ impl PgPool {
 
     pub(crate) fn from_parts(
         b: PgPoolBuilder,
-        config: tokio_postgres::Config,
+        endpoint: Endpoint,
         setup: Option<String>,
+        listen_url: String,
+        listen: Endpoint,
     ) -> Self {
         let pool = bb8::Pool::builder()
             .max_size(b.max_size)
@@ -124,11 +132,13 @@ impl PgPool {
             // server closed is seen by `is_closed` below, and a statement
             // that fails on a dead connection is retried where that is safe.
             .test_on_check_out(false)
-            .build_unchecked(Manager::new(config.clone(), setup.clone()));
+            .build_unchecked(Manager::new(endpoint.clone(), setup.clone()));
         PgPool {
             inner: Arc::new(Inner {
                 pool,
-                direct: Manager::new(config, setup),
+                cancel_tls: endpoint.tls.clone(),
+                ssl_mode: endpoint.ssl_mode,
+                direct: Manager::new(endpoint, setup),
                 max_size: b.max_size,
                 gate: Gate::new(b.max_size as usize, b.max_waiting, b.acquire_timeout),
                 breaker: Breaker::new(b.breaker_threshold, b.breaker_open_for),
@@ -138,6 +148,8 @@ impl PgPool {
                 backoff_min: b.backoff_min,
                 backoff_max: b.backoff_max,
                 schema: b.schema,
+                listen_url,
+                listen,
             }),
         }
     }
@@ -145,6 +157,17 @@ impl PgPool {
     /// The schema this pool puts on each connection's `search_path`.
     pub fn schema(&self) -> Option<&str> {
         self.inner.schema.as_deref()
+    }
+
+    /// How connections use TLS, from the URL's `sslmode`.
+    pub fn ssl_mode(&self) -> SslMode {
+        self.inner.ssl_mode
+    }
+
+    /// The URL of direct sessions (LISTEN); see
+    /// [`PgPoolBuilder::listen_url`](crate::PgPoolBuilder::listen_url).
+    pub fn listen_url(&self) -> &str {
+        &self.inner.listen_url
     }
 
     /// A snapshot of the pool's statistics.
@@ -328,8 +351,9 @@ impl PgPool {
             Ok(r) => r,
             Err(_) => {
                 let token = client.cancel_token();
+                let tls = self.inner.cancel_tls.clone();
                 tokio::spawn(async move {
-                    let _ = token.cancel_query(NoTls).await;
+                    let _ = token.cancel_query(tls).await;
                 });
                 Err(ExecError::new(ExecErrorKind::Timeout, format!("query timed out after {limit:?}")))
             }

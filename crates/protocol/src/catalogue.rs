@@ -159,6 +159,7 @@ catalogue! {
     LedgerList => "ledger_list",
     LedgerRecord => "ledger_record",
     SetLockTimeout => "set_lock_timeout",
+    SetMigrationTimeouts => "set_migration_timeouts",
 }
 
 impl Statement {

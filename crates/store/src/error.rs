@@ -66,6 +66,18 @@ pub enum Error {
         #[source]
         source: ExecError,
     },
+    /// A migration waited past its lock timeout (another session holds the
+    /// ledger or a table the file alters) or ran past its statement timeout.
+    /// Nothing of it was committed; running `migrate` again resumes there.
+    #[error("migration {name} {}; nothing of it was committed", if *.waited_for_lock { format!("waited longer than {limit} for a lock (another migrator, or a session holding a table it alters)") } else { format!("ran longer than the statement timeout of {limit}") })]
+    MigrationTimeout {
+        /// The migration file name.
+        name: String,
+        /// True for a lock wait, false for a statement that ran too long.
+        waited_for_lock: bool,
+        /// The bound that was passed, such as `30000ms`.
+        limit: String,
+    },
     /// A row did not have the shape the protocol promises.
     #[error("decoding {0}")]
     Decode(String),
@@ -125,7 +137,7 @@ impl Error {
             Error::ProtocolVersionMismatch { .. } => "ProtocolVersionMismatch",
             Error::InvalidArgument(_) => "InvalidArgument",
             Error::LockTimeout { .. } => "LockTimeout",
-            Error::Migration { .. } => "MigrationError",
+            Error::Migration { .. } | Error::MigrationTimeout { .. } => "MigrationError",
             Error::Decode(_) => "DecodeError",
             Error::Executor(_) => "ExecutorError",
         }

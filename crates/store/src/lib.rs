@@ -44,7 +44,10 @@ pub use executor::{
 pub use id::{new_task_id, task_id_from_parts};
 pub use migrate::{MigrationReport, MigrationState};
 pub use options::{ClaimRequest, Conflict, Failure, ListFilter, NewTask, PurgeFilter};
-pub use store::{ConnectOptions, Store, DEFAULT_LOCK_TIMEOUT};
+pub use store::{
+    ConnectOptions, Store, DEFAULT_LOCK_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT,
+    DEFAULT_MIGRATION_STATEMENT_TIMEOUT,
+};
 pub use task::{codes, Beat, ErrorEnvelope, StatusCounts, Task, TaskState, TaskStatus};
 pub use value::{Row, Value};
 /// The protocol crate, re-exported for executors that need parameter types.

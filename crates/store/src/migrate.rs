@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use waymark_protocol::{migrations, Statement, PROTOCOL_VERSION};
 
 use crate::error::{Error, Result};
-use crate::executor::{Autocommit, PgExecutor, PgSession, PgTransaction};
+use crate::executor::{Autocommit, ExecError, PgExecutor, PgSession, PgTransaction};
 use crate::statements::{run, run_opt};
 use crate::task::{int8, opt_bool, opt_text, text};
 use crate::value::Value;
@@ -18,6 +18,13 @@ pub struct MigrationState {
     pub name: &'static str,
     /// When it was applied (epoch ms), or `None` while pending.
     pub applied_at_ms: Option<i64>,
+}
+
+/// Bounds on one migration's transaction, as PostgreSQL durations (`30000ms`).
+#[derive(Debug, Clone)]
+pub(crate) struct MigrationTimeouts {
+    pub(crate) lock: String,
+    pub(crate) statement: String,
 }
 
 /// What `migrate` did.
@@ -84,12 +91,12 @@ pub(crate) async fn guard_schema<E: PgExecutor>(exec: &E, schema: Option<&str>) 
 /// Applies every pending migration, one transaction each, under the ledger's
 /// exclusive lock, so concurrent migrators (waymark or any cairnq SDK) apply
 /// each file exactly once.
-pub(crate) async fn migrate<E: PgExecutor>(exec: &E) -> Result<MigrationReport> {
+pub(crate) async fn migrate<E: PgExecutor>(exec: &E, limits: &MigrationTimeouts) -> Result<MigrationReport> {
     create_ledger(exec).await?;
     let mut report = MigrationReport::default();
     for m in migrations() {
         let mut tx = exec.begin().await?;
-        let outcome = apply_one(&mut tx, m.name, m.sql).await;
+        let outcome = apply_one(&mut tx, m.name, m.sql, limits).await;
         match outcome {
             Ok(applied) => {
                 tx.commit().await.map_err(|source| Error::Migration { name: m.name.to_owned(), source })?;
@@ -122,12 +129,35 @@ async fn create_ledger<E: PgExecutor>(exec: &E) -> Result<()> {
     }
 }
 
-async fn apply_one<S: PgSession + ?Sized>(tx: &mut S, name: &'static str, sql: &str) -> Result<bool> {
-    let wrap = |source| Error::Migration { name: name.to_owned(), source };
+async fn apply_one<S: PgSession + ?Sized>(
+    tx: &mut S,
+    name: &'static str,
+    sql: &str,
+    limits: &MigrationTimeouts,
+) -> Result<bool> {
+    // 55P03: lock_timeout passed; 57014: statement_timeout passed.
+    let wrap = |source: ExecError| match source.sqlstate() {
+        Some("55P03") => Error::MigrationTimeout {
+            name: name.to_owned(),
+            waited_for_lock: true,
+            limit: limits.lock.clone(),
+        },
+        Some("57014") => Error::MigrationTimeout {
+            name: name.to_owned(),
+            waited_for_lock: false,
+            limit: limits.statement.clone(),
+        },
+        _ => Error::Migration { name: name.to_owned(), source },
+    };
     let fail = |e: Error| match e {
         Error::Executor(source) => wrap(source),
         other => other,
     };
+    let bounds = vec![
+        ("lock_timeout", Value::from(limits.lock.as_str())),
+        ("statement_timeout", Value::from(limits.statement.as_str())),
+    ];
+    run(tx, Statement::SetMigrationTimeouts, bounds).await.map_err(fail)?;
     run(tx, Statement::LedgerLock, vec![]).await.map_err(fail)?;
     let applied = applied_names(tx).await.map_err(fail)?;
     if applied.iter().any(|(n, _)| n == name) {

@@ -86,6 +86,7 @@ pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {
             | LedgerExists
             | LedgerList
             | SetLockTimeout
+            | SetMigrationTimeouts
             | LockKey
     );
     (lane, repeatable)

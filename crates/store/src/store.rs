@@ -9,7 +9,7 @@ use waymark_protocol::Statement;
 use crate::error::{Error, Result};
 use crate::executor::{Autocommit, Lane, PgExecutor, PgSession, PgTransaction};
 use crate::id::new_task_id;
-use crate::migrate::{self, MigrationReport, MigrationState};
+use crate::migrate::{self, MigrationReport, MigrationState, MigrationTimeouts};
 use crate::options::{non_empty, ClaimRequest, Conflict, Failure, ListFilter, NewTask, PurgeFilter};
 use crate::statements::{run, run_opt, Binds};
 use crate::task::{
@@ -45,7 +45,14 @@ impl ConnectOptions {
 pub struct Store<E> {
     exec: E,
     lock_timeout: String,
+    migration_timeouts: MigrationTimeouts,
 }
+
+/// The default bound on a migration's wait for its locks.
+pub const DEFAULT_MIGRATION_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The default bound on one statement of a migration.
+pub const DEFAULT_MIGRATION_STATEMENT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The default bound on a lock wait inside a store transaction.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -54,7 +61,27 @@ impl<E: PgExecutor> Store<E> {
     /// A store over `exec`. No I/O: call [`Store::connect`] (or
     /// [`Store::migrate`]) before first use on a new database.
     pub fn new(exec: E) -> Self {
-        Store { exec, lock_timeout: format_ms(DEFAULT_LOCK_TIMEOUT) }
+        Store {
+            exec,
+            lock_timeout: format_ms(DEFAULT_LOCK_TIMEOUT),
+            migration_timeouts: MigrationTimeouts {
+                lock: format_ms(DEFAULT_MIGRATION_LOCK_TIMEOUT),
+                statement: format_ms(DEFAULT_MIGRATION_STATEMENT_TIMEOUT),
+            },
+        }
+    }
+
+    /// Bounds each migration: how long it may wait for the ledger lock (or
+    /// a lock on a table it alters), and how long one of its statements may
+    /// run. Past either, `migrate` fails with [`Error::MigrationTimeout`]
+    /// naming the migration, and commits nothing of it. Default 30 s and
+    /// 5 min. Both are transaction-local.
+    pub fn with_migration_timeouts(mut self, lock_wait: Duration, statement: Duration) -> Self {
+        self.migration_timeouts = MigrationTimeouts {
+            lock: format_ms(lock_wait.max(Duration::from_millis(1))),
+            statement: format_ms(statement.max(Duration::from_millis(1))),
+        };
+        self
     }
 
     /// Bounds each lock wait inside the store's transactions (a keyed
@@ -99,7 +126,7 @@ impl<E: PgExecutor> Store<E> {
         let report = if options.skip_migrate {
             MigrationReport::default()
         } else {
-            migrate::migrate(&self.exec).await?
+            migrate::migrate(&self.exec, &self.migration_timeouts).await?
         };
         migrate::check_protocol_version(&self.exec).await?;
         Ok(report)
@@ -112,7 +139,7 @@ impl<E: PgExecutor> Store<E> {
 
     /// Applies pending migrations (see the ledger rules in PROTOCOL-V1).
     pub async fn migrate(&self) -> Result<MigrationReport> {
-        migrate::migrate(&self.exec).await
+        migrate::migrate(&self.exec, &self.migration_timeouts).await
     }
 
     /// Each embedded migration and whether it is applied; changes nothing.
