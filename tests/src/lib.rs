@@ -10,6 +10,7 @@ pub mod db;
 pub mod kit;
 pub mod pgbouncer;
 pub mod private_cluster;
+pub mod proxy;
 pub mod python;
 
 use waymark_pool::PgPool;
@@ -28,4 +29,16 @@ pub async fn pool_store(schema: &TestSchema) -> Store<PgPool> {
 pub async fn client_store(schema: &TestSchema) -> Store<ClientExecutor> {
     let exec = ClientExecutor::connect(&schema.url, Some(&schema.schema)).await.expect("client");
     Store::connect(exec, ConnectOptions::schema(&schema.schema)).await.expect("connect through the client")
+}
+
+/// A store on the built-in pool with statements prepared once per
+/// connection, connected (migrated) in `schema`.
+pub async fn pool_store_prepared(schema: &TestSchema) -> Store<PgPool> {
+    let pool = PgPool::builder(&schema.url)
+        .max_size(4)
+        .schema(&schema.schema)
+        .prepared_statements(true)
+        .build()
+        .expect("pool");
+    Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect through the pool")
 }

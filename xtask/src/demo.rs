@@ -87,7 +87,7 @@ pub async fn run(args: &[String]) -> Result<(), String> {
 }
 
 /// DATABASE_URL, else the local server on 5432, else the throwaway cluster.
-async fn find_postgres() -> Result<String, String> {
+pub(crate) async fn find_postgres() -> Result<String, String> {
     if let Ok(url) = std::env::var("DATABASE_URL") {
         if !url.is_empty() {
             println!("postgres: DATABASE_URL");
@@ -104,7 +104,7 @@ async fn find_postgres() -> Result<String, String> {
     Ok(url)
 }
 
-async fn fresh_database(server: &str, name: &str) -> Result<String, String> {
+pub(crate) async fn fresh_database(server: &str, name: &str) -> Result<String, String> {
     let admin = waymark_tests::db::admin_client(server).await;
     // Two calls: a multi-statement string would run as one transaction,
     // which DROP/CREATE DATABASE refuse.

@@ -4,6 +4,7 @@
 //! - `test` : ensure a PostgreSQL, then run the whole test suite
 //! - `demo` : find or start PostgreSQL, migrate, submit and process tasks
 
+mod bench;
 mod demo;
 mod migrate;
 mod test;
@@ -19,7 +20,10 @@ commands:
   test    ensure a PostgreSQL (DATABASE_URL, else a throwaway cluster under target/),
           then run every test, conformance scenarios and cairnq interop included
   demo    find or start PostgreSQL, migrate, submit a few thousand tasks and
-          process them with visible progress";
+          process them with visible progress
+  bench [binding]
+          binding: protocol statements bound with query_typed against
+          prepared once per connection, side by side";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -27,6 +31,7 @@ fn main() -> ExitCode {
         Some("migrate") => runtime().block_on(migrate::run(&args[1..])),
         Some("test") => test::run(&args[1..]),
         Some("demo") => runtime().block_on(demo::run(&args[1..])),
+        Some("bench") => runtime().block_on(bench::run(&args[1..])),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())

@@ -41,6 +41,7 @@ pub struct PgPoolBuilder {
     pub(crate) schema: Option<String>,
     pub(crate) keepalive_idle: Option<Duration>,
     pub(crate) listen_url: Option<String>,
+    pub(crate) prepared_statements: bool,
 }
 
 impl PgPoolBuilder {
@@ -62,6 +63,7 @@ impl PgPoolBuilder {
             schema: None,
             keepalive_idle: Some(Duration::from_secs(30)),
             listen_url: None,
+            prepared_statements: false,
         }
     }
 
@@ -159,6 +161,19 @@ impl PgPoolBuilder {
     /// poolers) becomes the same name without `-pooler`.
     pub fn listen_url(mut self, url: impl Into<String>) -> Self {
         self.listen_url = Some(url.into());
+        self
+    }
+
+    /// Prepare each statement once per connection and reuse it, instead of
+    /// binding every call in one round trip with `query_typed` (an unnamed
+    /// statement, parsed and planned per call). Defaults to false, because
+    /// the default must work behind any pooler: a pooler in transaction mode
+    /// (PgBouncer before 1.21, or without `max_prepared_statements`) moves a
+    /// session's prepared statements out from under it. On a direct
+    /// connection, preparing saves the server's parse and plan per call:
+    /// `cargo xtask bench binding` measures both.
+    pub fn prepared_statements(mut self, on: bool) -> Self {
+        self.prepared_statements = on;
         self
     }
 

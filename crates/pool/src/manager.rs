@@ -4,7 +4,9 @@
 
 use bb8::ManageConnection;
 use bb8_postgres::PostgresConnectionManager;
-use tokio_postgres::Client;
+use std::collections::HashMap;
+
+use tokio_postgres::{Client, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::tls::Endpoint;
@@ -15,6 +17,9 @@ pub(crate) struct Conn {
     pub(crate) client: Client,
     /// Set when the connection must not be reused.
     pub(crate) broken: bool,
+    /// Statements prepared on this connection, by SQL text, when the pool
+    /// prepares statements; `None` binds each call with `query_typed`.
+    pub(crate) statements: Option<HashMap<String, Statement>>,
 }
 
 #[derive(Debug)]
@@ -22,11 +27,16 @@ pub(crate) struct Manager {
     inner: PostgresConnectionManager<MakeRustlsConnect>,
     /// Run once on each new connection (the schema's `search_path`).
     setup: Option<String>,
+    prepared_statements: bool,
 }
 
 impl Manager {
-    pub(crate) fn new(endpoint: Endpoint, setup: Option<String>) -> Self {
-        Manager { inner: PostgresConnectionManager::new(endpoint.config, endpoint.tls), setup }
+    pub(crate) fn new(endpoint: Endpoint, setup: Option<String>, prepared_statements: bool) -> Self {
+        Manager {
+            inner: PostgresConnectionManager::new(endpoint.config, endpoint.tls),
+            setup,
+            prepared_statements,
+        }
     }
 }
 
@@ -39,7 +49,7 @@ impl ManageConnection for Manager {
         if let Some(setup) = &self.setup {
             client.batch_execute(setup).await?;
         }
-        Ok(Conn { client, broken: false })
+        Ok(Conn { client, broken: false, statements: self.prepared_statements.then(HashMap::new) })
     }
 
     async fn is_valid(&self, conn: &mut Conn) -> Result<(), tokio_postgres::Error> {

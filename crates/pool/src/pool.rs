@@ -12,10 +12,11 @@ use crate::admission::{Gate, Permit, Refusal};
 use crate::breaker::{Breaker, Pass};
 use crate::codec::{decode_row, map_error, typed_params};
 use crate::config::PgPoolBuilder;
-use crate::manager::Manager;
+use crate::manager::{Conn, Manager};
 use crate::stats::{Counters, PoolStats};
 use crate::tls::{Endpoint, SslMode};
 use crate::transaction::PoolTransaction;
+use tokio_postgres::types::{ToSql, Type};
 
 pub(crate) type Pooled = bb8::PooledConnection<'static, Manager>;
 
@@ -132,13 +133,13 @@ impl PgPool {
             // server closed is seen by `is_closed` below, and a statement
             // that fails on a dead connection is retried where that is safe.
             .test_on_check_out(false)
-            .build_unchecked(Manager::new(endpoint.clone(), setup.clone()));
+            .build_unchecked(Manager::new(endpoint.clone(), setup.clone(), b.prepared_statements));
         PgPool {
             inner: Arc::new(Inner {
                 pool,
                 cancel_tls: endpoint.tls.clone(),
                 ssl_mode: endpoint.ssl_mode,
-                direct: Manager::new(endpoint, setup),
+                direct: Manager::new(endpoint, setup, b.prepared_statements),
                 max_size: b.max_size,
                 gate: Gate::new(b.max_size as usize, b.max_waiting, b.acquire_timeout),
                 breaker: Breaker::new(b.breaker_threshold, b.breaker_open_for),
@@ -343,14 +344,13 @@ impl PgPool {
     /// cancel the statement.
     pub(crate) async fn timed<T>(
         &self,
-        client: &tokio_postgres::Client,
+        token: tokio_postgres::CancelToken,
         fut: impl std::future::Future<Output = Result<T, ExecError>>,
     ) -> Result<T, ExecError> {
         let Some(limit) = self.inner.query_timeout else { return fut.await };
         match tokio::time::timeout(limit, fut).await {
             Ok(r) => r,
             Err(_) => {
-                let token = client.cancel_token();
                 let tls = self.inner.cancel_tls.clone();
                 tokio::spawn(async move {
                     let _ = token.cancel_query(tls).await;
@@ -366,23 +366,46 @@ impl PgPool {
         sql: Sql<'_>,
         params: &[Value],
     ) -> (Result<Vec<Row>, ExecError>, bool) {
-        let result = self.timed(&lease.conn.client, query_on(&lease.conn.client, sql, params)).await;
+        let token = lease.conn.client.cancel_token();
+        let result = self.timed(token, query_on(&mut lease.conn, sql, params)).await;
         lease.settle(self, result.as_ref().map(|_| ()));
         (result, true)
     }
 }
 
-/// Runs one statement on a client. Shared by the pool and its transactions.
-pub(crate) async fn query_on(
-    client: &tokio_postgres::Client,
-    sql: Sql<'_>,
-    params: &[Value],
-) -> Result<Vec<Row>, ExecError> {
+/// Runs one statement on a connection: bound in one round trip with
+/// `query_typed`, or, when the connection caches statements, prepared once
+/// and reused. Shared by the pool and its transactions.
+pub(crate) async fn query_on(conn: &mut Conn, sql: Sql<'_>, params: &[Value]) -> Result<Vec<Row>, ExecError> {
     let typed = typed_params(sql.types, params);
-    let refs: Vec<(&(dyn tokio_postgres::types::ToSql + Sync), tokio_postgres::types::Type)> =
-        typed.iter().map(|(p, t)| (p as &(dyn tokio_postgres::types::ToSql + Sync), t.clone())).collect();
-    let rows = client.query_typed(sql.text, &refs).await.map_err(map_error)?;
-    rows.iter().map(decode_row).collect()
+    let rows = match conn.statements.as_mut() {
+        None => {
+            let refs: Vec<(&(dyn ToSql + Sync), Type)> =
+                typed.iter().map(|(p, t)| (p as &(dyn ToSql + Sync), t.clone())).collect();
+            conn.client.query_typed(sql.text, &refs).await
+        }
+        Some(cache) => {
+            let stmt = match cache.get(sql.text) {
+                Some(stmt) => stmt.clone(),
+                None => {
+                    let types: Vec<Type> = typed.iter().map(|(_, t)| t.clone()).collect();
+                    let stmt = conn.client.prepare_typed(sql.text, &types).await.map_err(map_error)?;
+                    cache.insert(sql.text.to_owned(), stmt.clone());
+                    stmt
+                }
+            };
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                typed.iter().map(|(p, _)| p as &(dyn ToSql + Sync)).collect();
+            let rows = conn.client.query(&stmt, &refs).await;
+            if rows.is_err() {
+                // A failed statement may be stale (a migration changed a
+                // table under its plan): prepare it afresh next time.
+                cache.remove(sql.text);
+            }
+            rows
+        }
+    };
+    rows.map_err(map_error)?.iter().map(decode_row).collect()
 }
 
 #[async_trait]
@@ -396,8 +419,9 @@ impl PgExecutor for PgPool {
     async fn execute_script(&self, script: &str) -> Result<(), ExecError> {
         self.with_retries(Lane::Ordinary, false, |mut lease| async move {
             let client = &lease.conn.client;
-            let result =
-                self.timed(client, async { client.batch_execute(script).await.map_err(map_error) }).await;
+            let result = self
+                .timed(client.cancel_token(), async { client.batch_execute(script).await.map_err(map_error) })
+                .await;
             lease.settle(self, result.as_ref().map(|_| ()));
             (result, true)
         })

@@ -29,7 +29,7 @@ impl PoolTransaction {
     pub(crate) async fn begin(pool: PgPool, mut lease: Lease) -> (Result<Self, ExecError>, bool) {
         let client = &lease.conn.client;
         let result = pool
-            .timed(client, async {
+            .timed(client.cancel_token(), async {
                 client.batch_execute("begin isolation level read committed").await.map_err(map_error)
             })
             .await;
@@ -55,8 +55,9 @@ impl PoolTransaction {
         let pool = self.pool.clone();
         let lease = self.lease();
         let client = &lease.conn.client;
-        let result =
-            pool.timed(client, async { client.batch_execute(command).await.map_err(map_error) }).await;
+        let result = pool
+            .timed(client.cancel_token(), async { client.batch_execute(command).await.map_err(map_error) })
+            .await;
         lease.settle(&pool, result.as_ref().map(|_| ()));
         self.lease = None;
         result
@@ -77,8 +78,8 @@ impl PgSession for PoolTransaction {
     async fn query(&mut self, sql: Sql<'_>, params: &[Value]) -> Result<Vec<Row>, ExecError> {
         let pool = self.pool.clone();
         let lease = self.lease();
-        let client = &lease.conn.client;
-        let result = pool.timed(client, query_on(client, sql, params)).await;
+        let token = lease.conn.client.cancel_token();
+        let result = pool.timed(token, query_on(&mut lease.conn, sql, params)).await;
         mark_broken(lease, &result);
         result
     }
@@ -87,8 +88,9 @@ impl PgSession for PoolTransaction {
         let pool = self.pool.clone();
         let lease = self.lease();
         let client = &lease.conn.client;
-        let result =
-            pool.timed(client, async { client.batch_execute(script).await.map_err(map_error) }).await;
+        let result = pool
+            .timed(client.cancel_token(), async { client.batch_execute(script).await.map_err(map_error) })
+            .await;
         mark_broken(lease, &result);
         result
     }

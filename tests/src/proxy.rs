@@ -1,0 +1,144 @@
+//! A TCP proxy in front of PostgreSQL that can lose one answer on purpose:
+//! armed with a marker, it forwards the first client message that holds the
+//! marker, lets the server finish it (up to its ReadyForQuery, so an
+//! autocommit statement has committed), then drops the server's answer and
+//! closes both sides. The client sees a dead connection after a write that
+//! did commit: the "unknown outcome" case a retry must answer correctly.
+//!
+//! Plain connections only (`sslmode=disable`): it reads the server's
+//! message framing.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+#[derive(Debug, Default)]
+struct Shared {
+    marker: Mutex<Option<Vec<u8>>>,
+    cuts: AtomicUsize,
+    connections: AtomicUsize,
+}
+
+/// A running proxy; dropping it stops accepting (open connections end when
+/// either side closes).
+#[derive(Debug)]
+pub struct AnswerCuttingProxy {
+    port: u16,
+    shared: Arc<Shared>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl AnswerCuttingProxy {
+    /// Starts a proxy on 127.0.0.1 in front of `upstream` (`host:port`).
+    pub async fn start(upstream: String) -> AnswerCuttingProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = TcpStream::connect(&upstream).await else { continue };
+                s.connections.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(pipe(client, server, s.clone()));
+            }
+        });
+        AnswerCuttingProxy { port, shared, accept }
+    }
+
+    /// The proxy's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Loses the answer to the next client message containing `marker`.
+    pub fn arm(&self, marker: &str) {
+        *self.shared.marker.lock().expect("marker") = Some(marker.as_bytes().to_vec());
+    }
+
+    /// Answers lost so far.
+    pub fn cuts(&self) -> usize {
+        self.shared.cuts.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for AnswerCuttingProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+async fn pipe(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
+    let (mut client_rx, mut client_tx) = client.into_split();
+    let (mut server_rx, mut server_tx) = server.into_split();
+    let cutting = Arc::new(AtomicBool::new(false));
+
+    let flag = cutting.clone();
+    let s = shared.clone();
+    let upstream = tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match client_rx.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            {
+                let mut marker = s.marker.lock().expect("marker");
+                if let Some(m) = marker.as_ref() {
+                    if buf[..n].windows(m.len()).any(|w| w == m.as_slice()) {
+                        *marker = None;
+                        flag.store(true, Ordering::SeqCst);
+                    }
+                }
+            }
+            if server_tx.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    });
+
+    // Server to client, frame by frame: type byte, then a length that
+    // counts itself.
+    let mut pending: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match server_rx.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        pending.extend_from_slice(&buf[..n]);
+        let mut forward_until = 0;
+        let mut cut = false;
+        while pending.len() >= forward_until + 5 {
+            let len = u32::from_be_bytes(pending[forward_until + 1..forward_until + 5].try_into().unwrap())
+                as usize;
+            let end = forward_until + 1 + len;
+            if pending.len() < end {
+                break;
+            }
+            let ready_for_query = pending[forward_until] == b'Z';
+            forward_until = end;
+            if ready_for_query && cutting.load(Ordering::SeqCst) {
+                cut = true;
+                break;
+            }
+        }
+        if cut {
+            shared.cuts.fetch_add(1, Ordering::SeqCst);
+            break; // the answer is dropped with `pending`; both sides close
+        }
+        if !cutting.load(Ordering::SeqCst) {
+            if client_tx.write_all(&pending[..forward_until]).await.is_err() {
+                break;
+            }
+            pending.drain(..forward_until);
+        }
+    }
+    upstream.abort();
+}
