@@ -12,6 +12,7 @@ pub mod pgbouncer;
 pub mod private_cluster;
 pub mod proxy;
 pub mod python;
+pub mod wait_kit;
 
 use waymark_pool::PgPool;
 use waymark_store::{ConnectOptions, Store};

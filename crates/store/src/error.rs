@@ -78,6 +78,29 @@ pub enum Error {
         /// The bound that was passed, such as `30000ms`.
         limit: String,
     },
+    /// A wait ran out before the task finished. The task goes on; wait
+    /// again, or cancel it.
+    #[error("task {task_id} did not finish within {waited:?}; it keeps running")]
+    TaskTimeout {
+        /// The task.
+        task_id: String,
+        /// How long the caller waited.
+        waited: std::time::Duration,
+    },
+    /// [`Store::call`](crate::Store::call): the task ended `failed`.
+    #[error("task {task_id} failed: {}", envelope_summary(.error))]
+    TaskFailed {
+        /// The task.
+        task_id: String,
+        /// Its error envelope, when it has one.
+        error: Option<Box<crate::task::ErrorEnvelope>>,
+    },
+    /// [`Store::call`](crate::Store::call): the task ended `canceled`.
+    #[error("task {task_id} was canceled")]
+    TaskCanceled {
+        /// The task.
+        task_id: String,
+    },
     /// A row did not have the shape the protocol promises.
     #[error("decoding {0}")]
     Decode(String),
@@ -138,6 +161,9 @@ impl Error {
             Error::InvalidArgument(_) => "InvalidArgument",
             Error::LockTimeout { .. } => "LockTimeout",
             Error::Migration { .. } | Error::MigrationTimeout { .. } => "MigrationError",
+            Error::TaskTimeout { .. } => "TaskTimeout",
+            Error::TaskFailed { .. } => "TaskFailed",
+            Error::TaskCanceled { .. } => "TaskCanceled",
             Error::Decode(_) => "DecodeError",
             Error::Executor(_) => "ExecutorError",
         }
@@ -146,7 +172,11 @@ impl Error {
     /// The task this error is about, where there is one.
     pub fn task_id(&self) -> Option<&str> {
         match self {
-            Error::AlreadyExists { task_id, .. } | Error::LostLease { task_id, .. } => Some(task_id),
+            Error::AlreadyExists { task_id, .. }
+            | Error::LostLease { task_id, .. }
+            | Error::TaskTimeout { task_id, .. }
+            | Error::TaskFailed { task_id, .. }
+            | Error::TaskCanceled { task_id } => Some(task_id),
             _ => None,
         }
     }
@@ -156,5 +186,13 @@ impl Error {
             Error::Executor(e) | Error::Migration { source: e, .. } => Some(e),
             _ => None,
         }
+    }
+}
+
+fn envelope_summary(error: &Option<Box<crate::task::ErrorEnvelope>>) -> String {
+    match error {
+        Some(e) if !e.code.is_empty() => format!("{} ({})", e.message, e.code),
+        Some(e) => e.message.clone(),
+        None => "no error envelope".to_owned(),
     }
 }

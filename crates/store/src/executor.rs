@@ -174,8 +174,20 @@ pub struct Notification {
     pub payload: String,
 }
 
-/// A stream of notifications; it ends when the listening session is lost.
-pub type NotificationStream = Pin<Box<dyn Stream<Item = Notification> + Send>>;
+/// What a LISTEN stream delivers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenEvent {
+    /// One notification.
+    Notification(Notification),
+    /// Notifications may have been missed (listening just began or began
+    /// again after a reconnect, or the consumer fell behind): re-read.
+    MayHaveMissed,
+}
+
+/// A stream of LISTEN events. It ends when listening stops for good (the
+/// path cannot deliver, or the executor closed); the store then polls and
+/// asks again later.
+pub type NotificationStream = Pin<Box<dyn Stream<Item = ListenEvent> + Send>>;
 
 /// A source of sessions: the trait to implement over your own pool.
 ///
@@ -205,7 +217,9 @@ pub trait PgExecutor: Send + Sync {
 
     /// Starts listening on `channels` on a session of its own, if the executor
     /// can. `Ok(None)` (the default) means it cannot, and callers poll:
-    /// slower, never wrong.
+    /// slower, never wrong. The stream should begin with
+    /// [`ListenEvent::MayHaveMissed`] once listening works, and send it again
+    /// after every reconnect.
     async fn listen(&self, channels: &[&str]) -> Result<Option<NotificationStream>, ExecError> {
         let _ = channels;
         Ok(None)

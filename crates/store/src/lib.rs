@@ -30,25 +30,29 @@ mod executor;
 mod id;
 mod migrate;
 mod options;
+mod signals;
 mod statements;
 mod store;
 mod task;
 mod value;
+mod wait;
 
 pub use backoff::RetryBackoff;
 pub use error::{Error, Result};
 pub use executor::{
-    ExecError, ExecErrorKind, Lane, Notification, NotificationStream, PgExecutor, PgSession, PgTransaction,
-    Sql,
+    ExecError, ExecErrorKind, Lane, ListenEvent, Notification, NotificationStream, PgExecutor, PgSession,
+    PgTransaction, Sql,
 };
 pub use id::{new_task_id, task_id_from_parts};
 pub use migrate::{MigrationReport, MigrationState};
 pub use options::{ClaimRequest, Conflict, Failure, ListFilter, NewTask, PurgeFilter};
+pub use signals::Signal;
 pub use store::{
     ConnectOptions, Store, DEFAULT_LOCK_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT,
     DEFAULT_MIGRATION_STATEMENT_TIMEOUT,
 };
 pub use task::{codes, Beat, ErrorEnvelope, StatusCounts, Task, TaskState, TaskStatus};
 pub use value::{Row, Value};
+pub use wait::Watch;
 /// The protocol crate, re-exported for executors that need parameter types.
 pub use waymark_protocol as protocol;

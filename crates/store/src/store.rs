@@ -1,6 +1,7 @@
 //! [`Store`]: every queue operation of protocol v1.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value as Json;
@@ -11,6 +12,7 @@ use crate::executor::{Autocommit, Lane, PgExecutor, PgSession, PgTransaction};
 use crate::id::new_task_id;
 use crate::migrate::{self, MigrationReport, MigrationState, MigrationTimeouts};
 use crate::options::{non_empty, ClaimRequest, Conflict, Failure, ListFilter, NewTask, PurgeFilter};
+use crate::signals::Signals;
 use crate::statements::{run, run_opt, Binds};
 use crate::task::{
     int8, opt_int8, opt_text, status, text, Beat, ErrorEnvelope, StatusCounts, Task, TaskState, TaskStatus,
@@ -46,6 +48,7 @@ pub struct Store<E> {
     exec: E,
     lock_timeout: String,
     migration_timeouts: MigrationTimeouts,
+    pub(crate) signals: Arc<Signals>,
 }
 
 /// The default bound on a migration's wait for its locks.
@@ -68,6 +71,7 @@ impl<E: PgExecutor> Store<E> {
                 lock: format_ms(DEFAULT_MIGRATION_LOCK_TIMEOUT),
                 statement: format_ms(DEFAULT_MIGRATION_STATEMENT_TIMEOUT),
             },
+            signals: Arc::default(),
         }
     }
 
@@ -113,6 +117,8 @@ impl<E: PgExecutor> Store<E> {
     pub async fn connect(exec: E, options: ConnectOptions) -> Result<Self> {
         let store = Store::new(exec);
         store.prepare(&options).await?;
+        // Step 5: start listening, so the first wait is already pushed.
+        store.signals.ensure_listening(&store.exec).await;
         Ok(store)
     }
 

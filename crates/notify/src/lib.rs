@@ -1,0 +1,1 @@
+//! LISTEN hubs leased from a bounded registry (work in progress).

@@ -1,0 +1,180 @@
+//! Wakeups from the executor's LISTEN stream, routed to the waiters and
+//! watchers of one store.
+//!
+//! A signal means "re-read now": the tables stay the truth, and every waiter
+//! backs its signal with a timer, so a lost, late or early notification costs
+//! at most one interval, never a wrong answer. One stream serves every waiter
+//! of a store (thousands of waits share one listener session): `cairnq_done`
+//! wakes the waiters of that task id, and "may have missed" (a reconnect, a
+//! lagging consumer, the end of the stream) wakes everyone.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tokio::sync::{broadcast, watch};
+
+use crate::executor::{ListenEvent, NotificationStream, PgExecutor};
+
+/// The protocol's notification channels.
+pub(crate) const QUEUED_CHANNEL: &str = "cairnq_queued";
+pub(crate) const DONE_CHANNEL: &str = "cairnq_done";
+
+/// How long after a failed or lost listen the store asks the executor again.
+const RELISTEN_AFTER: Duration = Duration::from_secs(2);
+
+/// What a watcher hears; see [`crate::Store::watch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Signal {
+    /// A task became queued in this queue (submitted, retried or put back).
+    Queued(String),
+    /// This task reached a terminal status.
+    Done(String),
+    /// Re-read everything: the poll interval passed, or notifications may
+    /// have been missed (a reconnect, a lagging watcher, no listener).
+    Poll,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Whether a stream is being consumed now.
+    listening: bool,
+    /// When the store last asked the executor to listen.
+    last_attempt: Option<Instant>,
+    /// Per task id: a counter bumped on each done signal.
+    done: HashMap<String, watch::Sender<u64>>,
+}
+
+/// The router; shared by the clones of one store.
+#[derive(Debug)]
+pub(crate) struct Signals {
+    state: Mutex<State>,
+    /// Bumped on "may have missed": every waiter re-reads.
+    everyone: watch::Sender<u64>,
+    /// Every signal, for watchers.
+    events: broadcast::Sender<Signal>,
+}
+
+impl Default for Signals {
+    fn default() -> Self {
+        Signals { state: Mutex::default(), everyone: watch::channel(0).0, events: broadcast::channel(4096).0 }
+    }
+}
+
+impl Signals {
+    /// Starts consuming the executor's LISTEN stream unless one is being
+    /// consumed, or was asked for within [`RELISTEN_AFTER`]. Costs nothing
+    /// while listening; without a listener the caller simply polls.
+    pub(crate) async fn ensure_listening<E: PgExecutor>(self: &Arc<Self>, exec: &E) {
+        {
+            let mut st = self.state.lock().expect("signals lock");
+            if st.listening || st.last_attempt.is_some_and(|t| t.elapsed() < RELISTEN_AFTER) {
+                return;
+            }
+            st.last_attempt = Some(Instant::now());
+            // Claimed now, so concurrent callers do not listen twice.
+            st.listening = true;
+        }
+        match exec.listen(&[QUEUED_CHANNEL, DONE_CHANNEL]).await {
+            Ok(Some(stream)) => {
+                tokio::spawn(consume(Arc::downgrade(self), stream));
+            }
+            Ok(None) => self.state.lock().expect("signals lock").listening = false,
+            Err(e) => {
+                tracing::debug!(error = %e, "listen failed; waits poll until it comes back");
+                self.state.lock().expect("signals lock").listening = false;
+            }
+        }
+    }
+
+    /// Whether a LISTEN stream is being consumed.
+    pub(crate) fn is_listening(&self) -> bool {
+        self.state.lock().expect("signals lock").listening
+    }
+
+    /// Registers for the done signal of `task_id`. Register before reading
+    /// the row: a signal that lands between the read and the wait is kept.
+    pub(crate) fn subscribe_done(self: &Arc<Self>, task_id: &str) -> DoneSubscription {
+        let mut st = self.state.lock().expect("signals lock");
+        let rx = st.done.entry(task_id.to_owned()).or_insert_with(|| watch::channel(0).0).subscribe();
+        DoneSubscription {
+            task_id: task_id.to_owned(),
+            rx,
+            everyone: self.everyone.subscribe(),
+            signals: self.clone(),
+        }
+    }
+
+    /// Every signal from now on, for a watcher.
+    pub(crate) fn events(&self) -> broadcast::Receiver<Signal> {
+        self.events.subscribe()
+    }
+
+    fn dispatch(&self, event: ListenEvent) {
+        match event {
+            ListenEvent::Notification(n) if n.channel == DONE_CHANNEL => {
+                if let Some(tx) = self.state.lock().expect("signals lock").done.get(&n.payload) {
+                    tx.send_modify(|c| *c += 1);
+                }
+                let _ = self.events.send(Signal::Done(n.payload));
+            }
+            ListenEvent::Notification(n) if n.channel == QUEUED_CHANNEL => {
+                let _ = self.events.send(Signal::Queued(n.payload));
+            }
+            ListenEvent::Notification(_) => {}
+            ListenEvent::MayHaveMissed => self.wake_everyone(),
+        }
+    }
+
+    fn wake_everyone(&self) {
+        self.everyone.send_modify(|c| *c += 1);
+        let _ = self.events.send(Signal::Poll);
+    }
+}
+
+/// Routes one LISTEN stream until it ends or the store is gone.
+async fn consume(signals: Weak<Signals>, mut stream: NotificationStream) {
+    while let Some(event) = stream.next().await {
+        let Some(s) = signals.upgrade() else { return };
+        s.dispatch(event);
+    }
+    if let Some(s) = signals.upgrade() {
+        s.state.lock().expect("signals lock").listening = false;
+        tracing::debug!("the listen stream ended; waits poll until it comes back");
+        s.wake_everyone();
+    }
+}
+
+/// A waiter's registration for one task's done signal.
+#[derive(Debug)]
+pub(crate) struct DoneSubscription {
+    task_id: String,
+    rx: watch::Receiver<u64>,
+    everyone: watch::Receiver<u64>,
+    signals: Arc<Signals>,
+}
+
+impl DoneSubscription {
+    /// Waits for a signal for this task (or for everyone), at most `limit`.
+    /// Returns at once if one came since the last call.
+    pub(crate) async fn wait(&mut self, limit: Duration) {
+        let _ = tokio::time::timeout(limit, async {
+            tokio::select! {
+                _ = self.rx.changed() => {}
+                _ = self.everyone.changed() => {}
+            }
+        })
+        .await;
+    }
+}
+
+impl Drop for DoneSubscription {
+    fn drop(&mut self) {
+        let mut st = self.signals.state.lock().expect("signals lock");
+        // This receiver still counts until it is dropped after this body.
+        if st.done.get(&self.task_id).is_some_and(|tx| tx.receiver_count() <= 1) {
+            st.done.remove(&self.task_id);
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Waiting for results and watching queues: polling, cut short by LISTEN.
+//!
+//! Every wait registers for the task's done signal *before* it reads the
+//! row, re-reads on each signal, and re-reads on a backstop timer (100 ms
+//! growing 1.5x to 500 ms, as protocol v1 says) whether or not a signal
+//! came. So a notification lost on the way, or sent between the read and
+//! the wait, costs at most one backstop interval; without any listener the
+//! wait still finishes, by polling.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::broadcast;
+
+use crate::error::{Error, Result};
+use crate::executor::PgExecutor;
+use crate::options::NewTask;
+use crate::signals::Signal;
+use crate::store::Store;
+use crate::task::{Task, TaskStatus};
+
+const FIRST_BACKSTOP: Duration = Duration::from_millis(100);
+const MAX_BACKSTOP: Duration = Duration::from_millis(500);
+
+/// The backstop after `current`: x1.5, at most [`MAX_BACKSTOP`].
+fn grow(current: Duration) -> Duration {
+    (current * 3 / 2).min(MAX_BACKSTOP)
+}
+
+impl<E: PgExecutor> Store<E> {
+    /// Waits until task `id` is terminal and returns it, whatever its end
+    /// (succeeded, failed or canceled). Past `timeout` it fails with
+    /// [`Error::TaskTimeout`]; the task is not stopped. An unknown id is
+    /// [`Error::NotFound`].
+    pub async fn wait(&self, id: &str, timeout: Duration) -> Result<Task> {
+        let started = Instant::now();
+        let mut subscription = self.signals.subscribe_done(id);
+        self.signals.ensure_listening(self.executor()).await;
+        let mut backstop = FIRST_BACKSTOP;
+        loop {
+            match self.get_status(id).await? {
+                None => return Err(Error::NotFound { what: format!("task {id}") }),
+                Some(state) if state.status.is_terminal() => return self.fetch(id).await,
+                Some(_) => {}
+            }
+            let left = timeout.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Err(Error::TaskTimeout { task_id: id.to_owned(), waited: started.elapsed() });
+            }
+            subscription.wait(backstop.min(left)).await;
+            backstop = grow(backstop);
+            self.signals.ensure_listening(self.executor()).await;
+        }
+    }
+
+    /// Waits for the task the key names, re-resolving the key at each probe
+    /// (a `replace` may point it at a new task meanwhile). An unknown key is
+    /// [`Error::NotFound`].
+    pub async fn wait_by_key(&self, key: &str, timeout: Duration) -> Result<Task> {
+        let started = Instant::now();
+        let mut subscription = None;
+        let mut backstop = FIRST_BACKSTOP;
+        loop {
+            let Some(state) = self.get_status_by_key(key).await? else {
+                return Err(Error::NotFound { what: format!("key {key:?}") });
+            };
+            // Register for the task the key names now; if that changed, the
+            // read below is the re-read that a registration must precede.
+            if subscription.as_ref().is_none_or(|(id, _)| *id != state.id) {
+                subscription = Some((state.id.clone(), self.signals.subscribe_done(&state.id)));
+                self.signals.ensure_listening(self.executor()).await;
+                continue;
+            }
+            if state.status.is_terminal() {
+                return self.fetch(&state.id).await;
+            }
+            let left = timeout.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Err(Error::TaskTimeout { task_id: state.id, waited: started.elapsed() });
+            }
+            if let Some((_, s)) = subscription.as_mut() {
+                s.wait(backstop.min(left)).await;
+            }
+            backstop = grow(backstop);
+            self.signals.ensure_listening(self.executor()).await;
+        }
+    }
+
+    /// Submits `task` and waits for its end: `Ok` with the succeeded task,
+    /// [`Error::TaskFailed`] with its envelope, [`Error::TaskCanceled`], or
+    /// [`Error::TaskTimeout`] (the task keeps running).
+    pub async fn call(&self, task: NewTask, timeout: Duration) -> Result<Task> {
+        let submitted = self.submit(task).await?;
+        let done = self.wait(&submitted.id, timeout).await?;
+        match done.status {
+            TaskStatus::Succeeded => Ok(done),
+            TaskStatus::Failed => {
+                Err(Error::TaskFailed { error: done.error_envelope().map(Box::new), task_id: done.id })
+            }
+            _ => Err(Error::TaskCanceled { task_id: done.id }),
+        }
+    }
+
+    /// Watches `queues`: signals when a task becomes queued in one of them,
+    /// when any task finishes, and [`Signal::Poll`] every `poll_interval`
+    /// (and whenever notifications may have been missed). A signal means
+    /// "re-read now"; the tables hold the truth. Idle, a watch costs no
+    /// queries beyond its timer, and it brings a lost listener back from it.
+    pub fn watch<I, S>(&self, queues: I, poll_interval: Duration) -> Watch<'_, E>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Watch {
+            store: self,
+            queues: queues.into_iter().map(Into::into).collect(),
+            events: self.signals.events(),
+            poll_interval: poll_interval.max(Duration::from_millis(1)),
+            next_poll: Instant::now() + poll_interval,
+            started: false,
+        }
+    }
+
+    /// Whether the store consumes a LISTEN stream now (waits are pushed);
+    /// false means waits and watches poll.
+    pub fn is_listening(&self) -> bool {
+        self.signals.is_listening()
+    }
+}
+
+/// A watch over some queues; see [`Store::watch`].
+#[derive(Debug)]
+pub struct Watch<'a, E> {
+    store: &'a Store<E>,
+    queues: Vec<String>,
+    events: broadcast::Receiver<Signal>,
+    poll_interval: Duration,
+    next_poll: Instant,
+    started: bool,
+}
+
+impl<E: PgExecutor> Watch<'_, E> {
+    /// The next signal. The first call answers [`Signal::Poll`] at once, so
+    /// the caller reads before it waits.
+    pub async fn next(&mut self) -> Signal {
+        if !self.started {
+            self.started = true;
+            self.store.signals.ensure_listening(self.store.executor()).await;
+            return Signal::Poll;
+        }
+        loop {
+            let now = Instant::now();
+            if now >= self.next_poll {
+                self.next_poll = now + self.poll_interval;
+                self.store.signals.ensure_listening(self.store.executor()).await;
+                return Signal::Poll;
+            }
+            let signal = tokio::time::timeout(self.next_poll - now, self.events.recv()).await;
+            match signal {
+                Err(_) => continue, // the poll timer; answered above
+                Ok(Ok(Signal::Queued(q))) => {
+                    if self.queues.contains(&q) {
+                        return Signal::Queued(q);
+                    }
+                }
+                Ok(Ok(other)) => return other,
+                Ok(Err(broadcast::error::RecvError::Lagged(_))) => return Signal::Poll,
+                Ok(Err(broadcast::error::RecvError::Closed)) => {
+                    tokio::time::sleep_until(self.next_poll.into()).await;
+                }
+            }
+        }
+    }
+}
