@@ -153,6 +153,7 @@ catalogue! {
     Succeed => "succeed",
     Complete => "complete",
     Fail => "fail",
+    Release => "release",
     LedgerCreate => "ledger_create",
     LedgerExists => "ledger_exists",
     LedgerLock => "ledger_lock",

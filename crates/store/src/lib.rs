@@ -48,7 +48,7 @@ pub use migrate::{MigrationReport, MigrationState};
 pub use options::{ClaimRequest, Conflict, Failure, ListFilter, NewTask, PurgeFilter};
 pub use signals::Signal;
 pub use store::{
-    ConnectOptions, Store, DEFAULT_LOCK_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT,
+    ConnectOptions, Settlement, Store, DEFAULT_LOCK_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT,
     DEFAULT_MIGRATION_STATEMENT_TIMEOUT,
 };
 pub use task::{codes, Beat, ErrorEnvelope, StatusCounts, Task, TaskState, TaskStatus};

@@ -464,16 +464,79 @@ impl<E: PgExecutor> Store<E> {
     /// Records a failure: canceled if a cancel was requested; queued again
     /// after `delay_ms` if retryable with attempts left; else failed.
     pub async fn fail(&self, id: &str, worker_id: &str, failure: &Failure) -> Result<Task> {
-        if failure.delay_ms < 0 {
-            return Err(Error::invalid(format!("delay_ms must not be negative, got {}", failure.delay_ms)));
-        }
-        let binds: Binds = vec![
-            ("retryable", failure.retryable.into()),
-            ("error", failure.error.clone().into()),
-            ("delay_ms", failure.delay_ms.into()),
-        ];
-        owned(&mut Autocommit(&self.exec), Statement::Fail, binds, id, worker_id).await
+        fail(&mut Autocommit(&self.exec), id, worker_id, failure).await
     }
+
+    /// Gives an owned task back (at shutdown): queued and due now, its
+    /// attempt not spent; canceled instead if a cancel was requested.
+    /// A waymark addition to the protocol (`release.sql`).
+    pub async fn release(&self, id: &str, worker_id: &str) -> Result<Task> {
+        owned(&mut Autocommit(&self.exec), Statement::Release, vec![], id, worker_id).await
+    }
+
+    /// Settles several owned tasks in one transaction, one commit for all:
+    /// each settlement is still ownership-checked and answered on its own
+    /// (a lost lease fails only that one). `Err` means the transaction
+    /// failed and none of them is known to have committed.
+    pub async fn settle_batch(&self, items: &[Settlement]) -> Result<Vec<Result<Task>>> {
+        let mut tx = self.begin(Lane::Critical).await?;
+        let mut outcomes = Vec::with_capacity(items.len());
+        for item in items {
+            let out = match item {
+                Settlement::Complete { id, worker_id, result } => {
+                    complete(&mut tx, id, worker_id, result.clone()).await
+                }
+                Settlement::Fail { id, worker_id, failure } => fail(&mut tx, id, worker_id, failure).await,
+            };
+            match out {
+                Err(e) if !(e.is_lost_lease() || matches!(e, Error::InvalidArgument(_))) => {
+                    return finish(tx, Err(e), "settle").await;
+                }
+                other => outcomes.push(other),
+            }
+        }
+        finish(tx, Ok(outcomes), "settle").await
+    }
+}
+
+/// One settlement of [`Store::settle_batch`].
+#[derive(Debug, Clone)]
+pub enum Settlement {
+    /// As [`Store::complete`].
+    Complete {
+        /// The task.
+        id: String,
+        /// The owning worker.
+        worker_id: String,
+        /// The handler's result.
+        result: Json,
+    },
+    /// As [`Store::fail`].
+    Fail {
+        /// The task.
+        id: String,
+        /// The owning worker.
+        worker_id: String,
+        /// The failure.
+        failure: Failure,
+    },
+}
+
+async fn fail<S: PgSession + ?Sized>(
+    s: &mut S,
+    id: &str,
+    worker_id: &str,
+    failure: &Failure,
+) -> Result<Task> {
+    if failure.delay_ms < 0 {
+        return Err(Error::invalid(format!("delay_ms must not be negative, got {}", failure.delay_ms)));
+    }
+    let binds: Binds = vec![
+        ("retryable", failure.retryable.into()),
+        ("error", failure.error.clone().into()),
+        ("delay_ms", failure.delay_ms.into()),
+    ];
+    owned(s, Statement::Fail, binds, id, worker_id).await
 }
 
 // ----- shared steps, each written once for autocommit and transactions -----

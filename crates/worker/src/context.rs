@@ -1,0 +1,275 @@
+//! What a handler gets besides its payload: the task's identity, progress
+//! and heartbeat writes, a cancellation token, child submits, and
+//! `complete_in` to commit its own writes with the settlement.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value as Json;
+use tokio::sync::watch;
+use waymark_store::{Error, NewTask, PgExecutor, PgTransaction, Result, Store, Task};
+
+/// Why a task's token fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// Someone asked for the task to stop (`Store::cancel`); a settlement
+    /// now ends it `canceled`.
+    Requested,
+    /// The lease is gone (it ran out, or another worker took the task):
+    /// every later write of this run is a no-op, so stop.
+    LeaseLost,
+    /// The worker is shutting down past its grace period; the task will be
+    /// given back to the queue.
+    Shutdown,
+}
+
+/// The worker's record of one unsettled task, shared with its handler.
+#[derive(Debug)]
+pub(crate) struct Running {
+    pub(crate) id: String,
+    cancel: watch::Sender<Option<CancelReason>>,
+    lost: AtomicBool,
+    /// Settled (or given back): no other write may follow.
+    settled: AtomicBool,
+}
+
+impl Running {
+    pub(crate) fn new(id: String) -> Arc<Self> {
+        Arc::new(Running {
+            id,
+            cancel: watch::channel(None).0,
+            lost: AtomicBool::new(false),
+            settled: AtomicBool::new(false),
+        })
+    }
+
+    /// Fires the token, keeping the first reason.
+    pub(crate) fn cancel(&self, reason: CancelReason) {
+        self.cancel.send_if_modified(|r| {
+            if r.is_none() {
+                *r = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    pub(crate) fn mark_lost(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+        self.cancel(CancelReason::LeaseLost);
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// Claims the one settlement; false if something settled it already.
+    pub(crate) fn take_settlement(&self) -> bool {
+        !self.settled.swap(true, Ordering::SeqCst)
+    }
+
+    pub(crate) fn is_settled(&self) -> bool {
+        self.settled.load(Ordering::SeqCst)
+    }
+}
+
+/// The handler's view of its task.
+#[derive(Debug)]
+pub struct TaskContext<E> {
+    store: Arc<Store<E>>,
+    task: Arc<Task>,
+    worker_id: Arc<str>,
+    lease_ms: i64,
+    running: Arc<Running>,
+    token: watch::Receiver<Option<CancelReason>>,
+}
+
+impl<E> Clone for TaskContext<E> {
+    fn clone(&self) -> Self {
+        TaskContext {
+            store: self.store.clone(),
+            task: self.task.clone(),
+            worker_id: self.worker_id.clone(),
+            lease_ms: self.lease_ms,
+            running: self.running.clone(),
+            token: self.token.clone(),
+        }
+    }
+}
+
+impl<E: PgExecutor> TaskContext<E> {
+    pub(crate) fn new(
+        store: Arc<Store<E>>,
+        task: Arc<Task>,
+        worker_id: Arc<str>,
+        lease_ms: i64,
+        running: Arc<Running>,
+    ) -> Self {
+        let token = running.cancel.subscribe();
+        TaskContext { store, task, worker_id, lease_ms, running, token }
+    }
+
+    /// The task id.
+    pub fn id(&self) -> &str {
+        &self.task.id
+    }
+
+    /// The handler name.
+    pub fn name(&self) -> &str {
+        &self.task.name
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &str {
+        &self.task.queue
+    }
+
+    /// This run's attempt, from 1.
+    pub fn attempt(&self) -> i32 {
+        self.task.attempt
+    }
+
+    /// The task's metadata.
+    pub fn metadata(&self) -> &Json {
+        &self.task.metadata
+    }
+
+    /// The worker running it.
+    pub fn worker_id(&self) -> &str {
+        &self.worker_id
+    }
+
+    /// The task as claimed.
+    pub fn task(&self) -> &Task {
+        &self.task
+    }
+
+    /// The store, for reads and writes of the handler's own.
+    pub fn store(&self) -> &Store<E> {
+        &self.store
+    }
+
+    /// Whether the token fired, and why.
+    pub fn cancel_reason(&self) -> Option<CancelReason> {
+        *self.token.borrow()
+    }
+
+    /// Whether the token fired.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel_reason().is_some()
+    }
+
+    /// Resolves when the token fires: a cancel request, a lost lease or
+    /// shutdown past the grace period. Select on it in long handlers.
+    pub async fn cancelled(&self) -> CancelReason {
+        let mut token = self.token.clone();
+        loop {
+            if let Some(reason) = *token.borrow_and_update() {
+                return reason;
+            }
+            if token.changed().await.is_err() {
+                // The worker is gone; nothing will fire any more.
+                return futures::future::pending().await;
+            }
+        }
+    }
+
+    fn lost(&self) -> Error {
+        Error::LostLease { task_id: self.task.id.clone(), worker_id: self.worker_id.to_string() }
+    }
+
+    /// Fails at once, without touching the row, when the lease is gone or
+    /// the task is already settled.
+    fn check_owned(&self) -> Result<()> {
+        if self.running.is_lost() || self.running.is_settled() {
+            Err(self.lost())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Records progress (`None` keeps what is there).
+    pub async fn progress(&self, progress: Option<f64>, message: Option<&str>) -> Result<()> {
+        self.check_owned()?;
+        let out = self.store.progress(&self.task.id, &self.worker_id, progress, message).await;
+        self.note(out).map(|_| ())
+    }
+
+    /// Renews the lease now (the worker also renews every lease it holds
+    /// on its heartbeat interval).
+    pub async fn heartbeat(&self) -> Result<()> {
+        self.check_owned()?;
+        let out = self.store.heartbeat(&self.task.id, &self.worker_id, self.lease_ms).await;
+        self.note(out).map(|_| ())
+    }
+
+    /// Submits a child task: its parent is this task, its root this task's
+    /// root, and it inherits the correlation id unless it has its own.
+    pub async fn submit(&self, child: NewTask) -> Result<Task> {
+        self.store.submit(self.child(child)).await
+    }
+
+    /// [`TaskContext::submit`] inside the caller's transaction.
+    pub async fn submit_in(&self, tx: &mut E::Transaction, child: NewTask) -> Result<Task> {
+        self.store.submit_in(tx, self.child(child)).await
+    }
+
+    fn child(&self, mut child: NewTask) -> NewTask {
+        child.parent_id = Some(self.task.id.clone());
+        child.root_id = Some(self.task.root_id.clone().unwrap_or_else(|| self.task.id.clone()));
+        if child.correlation_id.is_none() {
+            child.correlation_id = self.task.correlation_id.clone();
+        }
+        child
+    }
+
+    /// Opens a transaction for the handler's own writes, to be finished by
+    /// [`TaskContext::complete_in`].
+    pub async fn begin(&self) -> Result<E::Transaction> {
+        self.check_owned()?;
+        Ok(self.store.executor().begin().await?)
+    }
+
+    /// Settles the task inside `tx` and commits: the handler's writes and
+    /// the settlement commit together, or, if the lease is gone, both roll
+    /// back and this returns [`Error::LostLease`]. After it, the worker does
+    /// not settle the task again (the handler's return value is dropped).
+    pub async fn complete_in(&self, mut tx: E::Transaction, result: impl Serialize) -> Result<Task> {
+        if let Err(e) = self.check_owned() {
+            let _ = tx.rollback().await;
+            return Err(e);
+        }
+        let result = match serde_json::to_value(result) {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = tx.rollback().await;
+                return Err(Error::InvalidArgument(format!("result does not serialise to JSON: {e}")));
+            }
+        };
+        match self.store.complete_in(&mut tx, &self.task.id, &self.worker_id, result).await {
+            Ok(task) => {
+                // Claimed before the commit: if the commit fails, the lease
+                // runs out and another worker runs the task again.
+                self.running.take_settlement();
+                tx.commit().await?;
+                Ok(task)
+            }
+            Err(e) => {
+                let _ = tx.rollback().await;
+                Err(self.note::<Task>(Err(e)).unwrap_err())
+            }
+        }
+    }
+
+    /// Marks the task lost when an owned write says so.
+    fn note<T>(&self, out: Result<T>) -> Result<T> {
+        if let Err(e) = &out {
+            if e.is_lost_lease() {
+                self.running.mark_lost();
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,77 @@
+//! waymark's worker: typed handlers over any [`PgExecutor`], with lease
+//! renewal, cancellation, settlement once per task and graceful shutdown.
+//! It speaks cairnq protocol v1, so it shares queues with cairnq's Python
+//! and TypeScript workers.
+//!
+//! ```no_run
+//! # async fn demo(store: waymark_store::Store<waymark_pool::PgPool>) -> Result<(), Box<dyn std::error::Error>> {
+//! use serde::{Deserialize, Serialize};
+//! use waymark_worker::{TaskError, Worker};
+//!
+//! #[derive(Deserialize)]
+//! struct Email { to: String }
+//! #[derive(Serialize)]
+//! struct Sent { id: String }
+//!
+//! let worker = Worker::builder(store)
+//!     .queues(["mail"])
+//!     .concurrency(16)
+//!     .task("email.send", |ctx, email: Email| async move {
+//!         if email.to.is_empty() {
+//!             return Err(TaskError::permanent("no recipient"));
+//!         }
+//!         Ok(Sent { id: format!("{}-{}", ctx.id(), ctx.attempt()) })
+//!     })
+//!     .build()?;
+//! let handle = worker.handle();
+//! tokio::spawn(async move {
+//!     let _ = tokio::signal::ctrl_c().await;
+//!     handle.shutdown();
+//! });
+//! worker.run().await; // returns after a graceful shutdown
+//! # Ok(()) }
+//! ```
+//!
+//! # The guarantee
+//!
+//! Delivery is **at least once**: a task whose worker dies is run again
+//! after its lease runs out. Settlement is **exactly once**: the worker
+//! writes one settlement per claim, every settlement is checked against the
+//! lease (`status = running`, this worker, lease not expired), and a run
+//! that lost its lease writes nothing more. So a handler that has effects
+//! outside the database should be idempotent; one whose effects are rows in
+//! the same database can use [`TaskContext::complete_in`] to commit them
+//! with the settlement, exactly once.
+//!
+//! # How a run ends
+//!
+//! | the handler | the task |
+//! | --- | --- |
+//! | returns `Ok(result)` | `succeeded` with the result (`canceled` if a cancel was requested) |
+//! | returns `Err(TaskError)` | retried after the protocol's backoff if retryable with attempts left, else `failed`; code `task_error` unless set |
+//! | panics | caught; retryable failure `handler_error`; the worker lives on |
+//! | runs past `max_run_time` | stopped; retryable failure `handler_timeout` |
+//! | gets a payload that does not fit its type | `failed` for good, type `InvalidPayload` |
+//! | returns a result that does not serialise | `failed` for good, `unserializable_result` |
+//! | (no handler for the name) | `failed` for good, `no_handler` |
+//!
+//! # Shutdown
+//!
+//! [`WorkerHandle::shutdown`] stops claiming at once, lets running handlers
+//! finish within the grace period (default 10 s), then fires their tokens
+//! with [`CancelReason::Shutdown`], stops them, and gives their tasks back:
+//! queued and due now, the attempt not spent, so another worker takes them
+//! at once.
+
+mod context;
+mod error;
+mod handler;
+mod settle;
+mod worker;
+
+pub use context::{CancelReason, TaskContext};
+pub use error::TaskError;
+pub use worker::{Worker, WorkerBuilder, WorkerError, WorkerHandle};
+
+#[doc(no_inline)]
+pub use waymark_store::PgExecutor;

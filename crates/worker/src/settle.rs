@@ -1,0 +1,103 @@
+//! Settlement, batched: settlements that arrive within a short window go
+//! to the database in one transaction (each still ownership-checked, each
+//! caller told its own outcome), flushed when the batch is full or the
+//! window closes. A caller hears "settled" only after the commit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use waymark_store::{PgExecutor, Result, Settlement, Store, Task};
+
+type Reply = oneshot::Sender<Result<Task>>;
+
+/// Sends settlements to the batching task, or straight to the store.
+#[derive(Debug, Clone)]
+pub(crate) struct Settler {
+    tx: Option<mpsc::UnboundedSender<(Settlement, Reply)>>,
+}
+
+impl Settler {
+    /// With `max_batch` <= 1 every settlement is its own statement.
+    pub(crate) fn start<E: PgExecutor + 'static>(
+        store: Arc<Store<E>>,
+        max_batch: usize,
+        window: Duration,
+    ) -> (Self, Option<tokio::task::JoinHandle<()>>) {
+        if max_batch <= 1 {
+            return (Settler { tx: None }, None);
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(batch_loop(store, rx, max_batch, window));
+        (Settler { tx: Some(tx) }, Some(task))
+    }
+
+    pub(crate) async fn settle<E: PgExecutor>(&self, store: &Store<E>, s: Settlement) -> Result<Task> {
+        let Some(tx) = &self.tx else { return settle_one(store, &s).await };
+        let (reply, answer) = oneshot::channel();
+        if let Err(mpsc::error::SendError((s, _))) = tx.send((s, reply)) {
+            return settle_one(store, &s).await;
+        }
+        match answer.await {
+            Ok(out) => out,
+            // The batcher stopped mid-flush: the outcome is unknown, and the
+            // lease decides (an unsettled task is run again after it).
+            Err(_) => Err(waymark_store::Error::Executor(waymark_store::ExecError::new(
+                waymark_store::ExecErrorKind::Connection,
+                "the settlement batcher stopped before answering; the outcome is unknown",
+            ))),
+        }
+    }
+}
+
+async fn settle_one<E: PgExecutor>(store: &Store<E>, s: &Settlement) -> Result<Task> {
+    match s {
+        Settlement::Complete { id, worker_id, result } => store.complete(id, worker_id, result.clone()).await,
+        Settlement::Fail { id, worker_id, failure } => store.fail(id, worker_id, failure).await,
+    }
+}
+
+async fn batch_loop<E: PgExecutor>(
+    store: Arc<Store<E>>,
+    mut rx: mpsc::UnboundedReceiver<(Settlement, Reply)>,
+    max_batch: usize,
+    window: Duration,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        let deadline = tokio::time::Instant::now() + window;
+        while batch.len() < max_batch {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(item)) => batch.push(item),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        flush(&store, batch).await;
+    }
+}
+
+async fn flush<E: PgExecutor>(store: &Store<E>, batch: Vec<(Settlement, Reply)>) {
+    if batch.len() == 1 {
+        let (s, reply) = batch.into_iter().next().expect("one");
+        let _ = reply.send(settle_one(store, &s).await);
+        return;
+    }
+    let (items, replies): (Vec<Settlement>, Vec<Reply>) = batch.into_iter().unzip();
+    match store.settle_batch(&items).await {
+        Ok(outcomes) => {
+            for (reply, out) in replies.into_iter().zip(outcomes) {
+                let _ = reply.send(out);
+            }
+        }
+        Err(e) => {
+            // The transaction failed as a whole: settle each on its own, so
+            // one bad settlement cannot fail the others. If the batch did
+            // commit after all (its answer lost), each re-run finds its task
+            // settled and reports a lost lease; the rows are right either way.
+            tracing::warn!(error = %e, size = items.len(), "batched settlement failed; settling one by one");
+            for (s, reply) in items.iter().zip(replies) {
+                let _ = reply.send(settle_one(store, s).await);
+            }
+        }
+    }
+}

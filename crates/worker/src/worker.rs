@@ -1,0 +1,611 @@
+//! The worker: a claim loop, a heartbeat loop, one spawned run per task,
+//! settlement once per task, and graceful shutdown.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::FutureExt;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
+use waymark_store::{
+    codes, ClaimRequest, Error, Failure, PgExecutor, RetryBackoff, Settlement, Signal, Store, Task,
+};
+
+use crate::context::{CancelReason, Running, TaskContext};
+use crate::error::{envelope, TaskError};
+use crate::handler::{Handler, Outcome, Typed};
+use crate::settle::Settler;
+
+/// A failure the worker survived (a claim, heartbeat or settlement that
+/// failed), passed to the error hook.
+#[derive(Debug)]
+pub struct WorkerError {
+    /// What the worker was doing, such as `claim` or `settle task_01...`.
+    pub during: String,
+    /// The cause.
+    pub error: Error,
+}
+
+type ErrorHook = Arc<dyn Fn(&WorkerError) + Send + Sync>;
+
+/// Configures a [`Worker`]; every setting's doc states its default.
+pub struct WorkerBuilder<E> {
+    store: Arc<Store<E>>,
+    queues: Vec<String>,
+    concurrency: usize,
+    lease: Duration,
+    heartbeat: Option<Duration>,
+    poll_interval: Duration,
+    max_run_time: Option<Duration>,
+    shutdown_grace: Duration,
+    backoff: RetryBackoff,
+    settle_batch: usize,
+    settle_window: Duration,
+    worker_id: Option<String>,
+    on_error: ErrorHook,
+    handlers: HashMap<String, Arc<dyn Handler<E>>>,
+}
+
+impl<E> std::fmt::Debug for WorkerBuilder<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("queues", &self.queues)
+            .field("concurrency", &self.concurrency)
+            .field("handlers", &self.handlers.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E: PgExecutor + 'static> WorkerBuilder<E> {
+    fn new(store: Arc<Store<E>>) -> Self {
+        WorkerBuilder {
+            store,
+            queues: vec!["default".to_owned()],
+            concurrency: 10,
+            lease: Duration::from_secs(30),
+            heartbeat: None,
+            poll_interval: Duration::from_secs(1),
+            max_run_time: None,
+            shutdown_grace: Duration::from_secs(10),
+            backoff: RetryBackoff::default(),
+            settle_batch: 64,
+            settle_window: Duration::from_millis(2),
+            worker_id: None,
+            on_error: Arc::new(
+                |e: &WorkerError| tracing::warn!(during = %e.during, error = %e.error, "waymark worker"),
+            ),
+            handlers: HashMap::new(),
+        }
+    }
+
+    /// Queues to claim from. Defaults to `["default"]`.
+    pub fn queues<Q: Into<String>>(mut self, queues: impl IntoIterator<Item = Q>) -> Self {
+        self.queues = queues.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Most tasks running at once. Defaults to 10.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// Lease length of each claim. Defaults to 30 s.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How often every held lease is renewed. Defaults to a third of the
+    /// lease, at least 50 ms.
+    pub fn heartbeat_interval(mut self, every: Duration) -> Self {
+        self.heartbeat = Some(every);
+        self
+    }
+
+    /// How often to look for work without a wakeup. Defaults to 1 s.
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll_interval = every;
+        self
+    }
+
+    /// Longest run of one task; past it the run is stopped and the task
+    /// fails (retryable) with code `handler_timeout`. Defaults to none.
+    pub fn max_run_time(mut self, limit: Duration) -> Self {
+        self.max_run_time = Some(limit);
+        self
+    }
+
+    /// How long shutdown lets running handlers finish before it cancels
+    /// them and gives their tasks back. Defaults to 10 s.
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// Retry backoff of failed runs. Defaults to base 1 s, max 30 s.
+    pub fn retry_backoff(mut self, base: Duration, max: Duration) -> Self {
+        self.backoff = RetryBackoff { base_ms: base.as_millis() as i64, max_ms: max.as_millis() as i64 };
+        self
+    }
+
+    /// Settlement batching: up to `max` settlements that arrive within
+    /// `window` commit in one transaction. `max` of 1 turns batching off.
+    /// Defaults to 64 and 2 ms.
+    pub fn settle_batch(mut self, max: usize, window: Duration) -> Self {
+        self.settle_batch = max;
+        self.settle_window = window;
+        self
+    }
+
+    /// The worker's id on the tasks it claims. Defaults to
+    /// `waymark-<pid>-<random>`.
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.worker_id = Some(id.into());
+        self
+    }
+
+    /// Called with each failure the worker survives. Defaults to a
+    /// `tracing` warning.
+    pub fn on_error(mut self, hook: impl Fn(&WorkerError) + Send + Sync + 'static) -> Self {
+        self.on_error = Arc::new(hook);
+        self
+    }
+
+    /// Registers the handler for tasks named `name`. The payload is
+    /// deserialised into `P` (a mismatch fails the task for good); the
+    /// result `R` is serialised as the task's result.
+    pub fn task<F, P, R, Fut>(mut self, name: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(TaskContext<E>, P) -> Fut + Send + Sync + 'static,
+        P: DeserializeOwned + Send + 'static,
+        R: Serialize + Send + 'static,
+        Fut: Future<Output = Result<R, TaskError>> + Send + 'static,
+    {
+        self.handlers.insert(name.into(), Arc::new(Typed(handler, std::marker::PhantomData)));
+        self
+    }
+
+    /// Builds the worker; bad settings are refused with the setting named.
+    pub fn build(self) -> Result<Worker<E>, Error> {
+        let bad = |m: String| Err(Error::InvalidArgument(m));
+        if self.concurrency == 0 {
+            return bad("concurrency must be at least 1".to_owned());
+        }
+        if self.queues.is_empty() || self.queues.iter().any(|q| q.is_empty()) {
+            return bad("queues must name at least one queue, none of them empty".to_owned());
+        }
+        if self.handlers.is_empty() {
+            return bad("a worker needs at least one handler (WorkerBuilder::task)".to_owned());
+        }
+        if self.lease < Duration::from_millis(10) {
+            return bad(format!("lease must be at least 10 ms, got {:?}", self.lease));
+        }
+        let heartbeat = self.heartbeat.unwrap_or(self.lease / 3).max(Duration::from_millis(50));
+        if heartbeat >= self.lease {
+            return bad(format!(
+                "heartbeat interval {heartbeat:?} must be shorter than the lease {:?}",
+                self.lease
+            ));
+        }
+        if self.poll_interval.is_zero() {
+            return bad("poll_interval must be positive".to_owned());
+        }
+        let worker_id = self
+            .worker_id
+            .unwrap_or_else(|| format!("waymark-{}-{:08x}", std::process::id(), rand::random::<u32>()));
+        let (stop, _) = watch::channel(false);
+        Ok(Worker {
+            shared: Arc::new(Shared {
+                store: self.store,
+                queues: self.queues,
+                concurrency: self.concurrency,
+                lease_ms: self.lease.as_millis() as i64,
+                heartbeat,
+                poll_interval: self.poll_interval,
+                max_run_time: self.max_run_time,
+                shutdown_grace: self.shutdown_grace,
+                backoff: self.backoff,
+                settle_batch: self.settle_batch,
+                settle_window: self.settle_window,
+                worker_id: worker_id.into(),
+                on_error: self.on_error,
+                handlers: self.handlers,
+                running: Mutex::default(),
+                slot_freed: Notify::new(),
+                stop,
+                heartbeats_paused: AtomicBool::new(false),
+                settled: AtomicU64::new(0),
+            }),
+        })
+    }
+}
+
+struct Shared<E> {
+    store: Arc<Store<E>>,
+    queues: Vec<String>,
+    concurrency: usize,
+    lease_ms: i64,
+    heartbeat: Duration,
+    poll_interval: Duration,
+    max_run_time: Option<Duration>,
+    shutdown_grace: Duration,
+    backoff: RetryBackoff,
+    settle_batch: usize,
+    settle_window: Duration,
+    worker_id: Arc<str>,
+    on_error: ErrorHook,
+    handlers: HashMap<String, Arc<dyn Handler<E>>>,
+    running: Mutex<HashMap<String, Arc<Running>>>,
+    slot_freed: Notify,
+    stop: watch::Sender<bool>,
+    heartbeats_paused: AtomicBool,
+    settled: AtomicU64,
+}
+
+impl<E> Shared<E> {
+    fn report(&self, during: impl Into<String>, error: Error) {
+        (self.on_error)(&WorkerError { during: during.into(), error });
+    }
+
+    fn running_count(&self) -> usize {
+        self.running.lock().expect("running lock").len()
+    }
+}
+
+/// A worker; see the crate docs. [`Worker::run`] drives it until
+/// [`WorkerHandle::shutdown`].
+pub struct Worker<E> {
+    shared: Arc<Shared<E>>,
+}
+
+impl<E> std::fmt::Debug for Worker<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker").field("worker_id", &self.shared.worker_id).finish_non_exhaustive()
+    }
+}
+
+/// Stops a running worker, and carries its test signals.
+#[derive(Clone)]
+pub struct WorkerHandle {
+    stop: watch::Sender<bool>,
+    paused: Arc<dyn Fn(bool) + Send + Sync>,
+    running: Arc<dyn Fn() -> usize + Send + Sync>,
+    settled: Arc<dyn Fn() -> u64 + Send + Sync>,
+}
+
+impl std::fmt::Debug for WorkerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerHandle").field("running", &(self.running)()).finish()
+    }
+}
+
+impl WorkerHandle {
+    /// Begins graceful shutdown: no more claims; running handlers get the
+    /// grace period, then are cancelled and their tasks given back.
+    pub fn shutdown(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Test signal: pauses (or resumes) lease renewal, so a test can make
+    /// a lease run out while its handler still runs.
+    pub fn pause_heartbeats(&self, paused: bool) {
+        (self.paused)(paused)
+    }
+
+    /// Tasks claimed and not yet settled.
+    pub fn running(&self) -> usize {
+        (self.running)()
+    }
+
+    /// Tasks this worker settled so far (completed, failed or given back
+    /// by the worker's own write).
+    pub fn settled(&self) -> u64 {
+        (self.settled)()
+    }
+}
+
+impl<E: PgExecutor + 'static> Worker<E> {
+    /// A builder for a worker over `store`.
+    pub fn builder(store: impl Into<Arc<Store<E>>>) -> WorkerBuilder<E> {
+        WorkerBuilder::new(store.into())
+    }
+
+    /// The worker's id.
+    pub fn id(&self) -> &str {
+        &self.shared.worker_id
+    }
+
+    /// A handle to stop the worker.
+    pub fn handle(&self) -> WorkerHandle {
+        let (s1, s2, s3) = (self.shared.clone(), self.shared.clone(), self.shared.clone());
+        WorkerHandle {
+            stop: self.shared.stop.clone(),
+            paused: Arc::new(move |p| s1.heartbeats_paused.store(p, Ordering::SeqCst)),
+            running: Arc::new(move || s2.running_count()),
+            settled: Arc::new(move || s3.settled.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Runs until [`WorkerHandle::shutdown`], then shuts down gracefully.
+    pub async fn run(self) {
+        let shared = self.shared;
+        let (settler, batcher) =
+            Settler::start(shared.store.clone(), shared.settle_batch, shared.settle_window);
+        let beats = tokio::spawn(heartbeat_loop(shared.clone()));
+        let mut runs = JoinSet::new();
+        claim_loop(&shared, &settler, &mut runs).await;
+        shutdown(&shared, &mut runs).await;
+        beats.abort();
+        drop(settler);
+        if let Some(b) = batcher {
+            let _ = b.await; // flushes what is queued, then ends
+        }
+    }
+}
+
+async fn claim_loop<E: PgExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    settler: &Settler,
+    runs: &mut JoinSet<()>,
+) {
+    let mut stop = shared.stop.subscribe();
+    let mut watch = shared.store.watch(shared.queues.iter().cloned(), shared.poll_interval);
+    let names: Vec<String> = shared.handlers.keys().cloned().collect();
+    let request = ClaimRequest::new(shared.worker_id.to_string(), shared.queues.iter().cloned())
+        .names(names)
+        .lease_ms(shared.lease_ms);
+    // The watch's first answer is "read now".
+    let _ = watch.next().await;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        while runs.try_join_next().is_some() {}
+        let free = shared.concurrency.saturating_sub(shared.running_count());
+        if free > 0 {
+            match shared.store.claim(&request.clone().limit(free as i64)).await {
+                Ok(tasks) => {
+                    let full = tasks.len() == free;
+                    for task in tasks {
+                        start_run(shared, settler, runs, task);
+                    }
+                    if full {
+                        continue; // there may be more
+                    }
+                }
+                Err(e) => shared.report("claim", e),
+            }
+        }
+        let slots_full = shared.concurrency <= shared.running_count();
+        tokio::select! {
+            _ = stop.changed() => {}
+            _ = shared.slot_freed.notified(), if slots_full => {}
+            _ = wakeup(&mut watch), if !slots_full => {}
+        }
+    }
+}
+
+/// The next signal that can mean claimable work: a task queued in one of
+/// the worker's queues, or a poll. A done signal is someone else's news.
+async fn wakeup<E: PgExecutor>(watch: &mut waymark_store::Watch<'_, E>) {
+    while let Signal::Done(_) = watch.next().await {}
+}
+
+fn start_run<E: PgExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    settler: &Settler,
+    runs: &mut JoinSet<()>,
+    task: Task,
+) {
+    let running = Running::new(task.id.clone());
+    shared.running.lock().expect("running lock").insert(task.id.clone(), running.clone());
+    let shared = shared.clone();
+    let settler = settler.clone();
+    runs.spawn(async move {
+        let task = Arc::new(task);
+        let outcome = run_handler(&shared, &task, &running).await;
+        settle(&shared, &settler, &task, &running, outcome).await;
+        shared.running.lock().expect("running lock").remove(&task.id);
+        shared.slot_freed.notify_one();
+    });
+}
+
+/// How a run ended, including the ends the worker decides itself.
+enum RunEnd {
+    Handler(Outcome),
+    Panicked(String),
+    TimedOut(Duration),
+    NoHandler,
+}
+
+async fn run_handler<E: PgExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    task: &Arc<Task>,
+    running: &Arc<Running>,
+) -> RunEnd {
+    let Some(handler) = shared.handlers.get(&task.name) else { return RunEnd::NoHandler };
+    let ctx = TaskContext::new(
+        shared.store.clone(),
+        task.clone(),
+        shared.worker_id.clone(),
+        shared.lease_ms,
+        running.clone(),
+    );
+    let run = AssertUnwindSafe(handler.call(ctx, task.payload.clone())).catch_unwind();
+    let result = match shared.max_run_time {
+        Some(limit) => match tokio::time::timeout(limit, run).await {
+            Ok(r) => r,
+            Err(_) => return RunEnd::TimedOut(limit),
+        },
+        None => run.await,
+    };
+    match result {
+        Ok(outcome) => RunEnd::Handler(outcome),
+        Err(panic) => RunEnd::Panicked(panic_message(&panic)),
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "the handler panicked".to_owned()
+    }
+}
+
+async fn settle<E: PgExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    settler: &Settler,
+    task: &Task,
+    running: &Running,
+    end: RunEnd,
+) {
+    if running.is_lost() {
+        tracing::debug!(task = %task.id, "lease lost; the late settlement is dropped");
+        return;
+    }
+    if !running.take_settlement() {
+        return; // settled by complete_in, or given back at shutdown
+    }
+    let id = task.id.clone();
+    let worker_id = shared.worker_id.to_string();
+    let fail = |error: serde_json::Value, retryable: bool| {
+        let delay_ms = if retryable { shared.backoff.delay_ms(task.attempt) } else { 0 };
+        Settlement::Fail {
+            id: id.clone(),
+            worker_id: worker_id.clone(),
+            failure: Failure::new(error).retryable(retryable).delay_ms(delay_ms),
+        }
+    };
+    let settlement = match end {
+        RunEnd::Handler(Outcome::Done(result)) => {
+            Settlement::Complete { id: id.clone(), worker_id: worker_id.clone(), result }
+        }
+        RunEnd::Handler(Outcome::Failed(e)) => fail(e.envelope(), e.is_retryable()),
+        RunEnd::Handler(Outcome::BadPayload(why)) => fail(
+            envelope(
+                "InvalidPayload",
+                codes::TASK_ERROR,
+                format!("payload does not fit the handler of {:?}: {why}", task.name),
+                false,
+            ),
+            false,
+        ),
+        RunEnd::Handler(Outcome::Unserializable(why)) => fail(
+            envelope(
+                "UnserializableResult",
+                codes::UNSERIALIZABLE_RESULT,
+                format!("the result does not serialise to JSON: {why}"),
+                false,
+            ),
+            false,
+        ),
+        RunEnd::Panicked(message) => fail(
+            envelope("Panic", codes::HANDLER_ERROR, format!("the handler panicked: {message}"), true),
+            true,
+        ),
+        RunEnd::TimedOut(limit) => fail(
+            envelope(
+                "HandlerTimeout",
+                codes::HANDLER_TIMEOUT,
+                format!("the handler ran longer than {limit:?}"),
+                true,
+            ),
+            true,
+        ),
+        RunEnd::NoHandler => fail(
+            envelope(
+                "NoHandler",
+                codes::NO_HANDLER,
+                format!("no handler registered for {:?}", task.name),
+                false,
+            ),
+            false,
+        ),
+    };
+    match settler.settle(&shared.store, settlement).await {
+        Ok(_) => {
+            shared.settled.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(e) if e.is_lost_lease() => tracing::debug!(task = %id, "lease lost before settlement"),
+        Err(e) => shared.report(format!("settle {id}"), e),
+    }
+}
+
+/// Renews every unsettled lease with one statement per interval; a task
+/// missing from the answer lost its lease, a cancel request fires its token.
+async fn heartbeat_loop<E: PgExecutor + 'static>(shared: Arc<Shared<E>>) {
+    let mut tick = tokio::time::interval(shared.heartbeat);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await; // the first tick is immediate; claims are fresh
+    loop {
+        tick.tick().await;
+        if shared.heartbeats_paused.load(Ordering::SeqCst) {
+            continue;
+        }
+        let held: Vec<Arc<Running>> = shared
+            .running
+            .lock()
+            .expect("running lock")
+            .values()
+            .filter(|r| !r.is_settled() && !r.is_lost())
+            .cloned()
+            .collect();
+        if held.is_empty() {
+            continue;
+        }
+        let ids: Vec<String> = held.iter().map(|r| r.id.clone()).collect();
+        match shared.store.heartbeat_batch(&ids, &shared.worker_id, shared.lease_ms).await {
+            Ok(beats) => {
+                let owned: HashMap<&str, Option<i64>> =
+                    beats.iter().map(|b| (b.id.as_str(), b.cancel_requested_at_ms)).collect();
+                for r in &held {
+                    match owned.get(r.id.as_str()) {
+                        None if !r.is_settled() => r.mark_lost(),
+                        Some(Some(_)) => r.cancel(CancelReason::Requested),
+                        _ => {}
+                    }
+                }
+            }
+            Err(e) => shared.report("heartbeat", e),
+        }
+    }
+}
+
+/// Stop claiming (done by the caller), let handlers finish within the
+/// grace period, then cancel the rest and give their tasks back at once.
+async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &mut JoinSet<()>) {
+    let grace =
+        tokio::time::timeout(shared.shutdown_grace, async { while runs.join_next().await.is_some() {} });
+    if grace.await.is_ok() {
+        return;
+    }
+    let left: Vec<Arc<Running>> = shared.running.lock().expect("running lock").values().cloned().collect();
+    for r in &left {
+        r.cancel(CancelReason::Shutdown);
+    }
+    runs.abort_all();
+    while runs.join_next().await.is_some() {}
+    for r in left {
+        if !r.take_settlement() || r.is_lost() {
+            continue;
+        }
+        match shared.store.release(&r.id, &shared.worker_id).await {
+            Ok(_) => {
+                shared.settled.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) if e.is_lost_lease() => {}
+            Err(e) => shared.report(format!("release {}", r.id), e),
+        }
+    }
+    shared.running.lock().expect("running lock").clear();
+}

@@ -1,0 +1,28 @@
+-- params: id text, worker_id text
+-- waymark addition. Owned write. Gives a running task back at shutdown
+-- without spending its attempt: queued again and due now, the claim's
+-- attempt increment undone, worker, lease, progress and message cleared.
+-- A requested cancel wins, as in every settlement: canceled, worker kept.
+-- The status change to queued fires cairnq_queued (migration 0003), so
+-- another worker can take it at once.
+with clock as (
+    select (extract(epoch from now()) * 1000)::bigint as now_ms
+)
+update cairnq_tasks as t
+   set status = case when t.cancel_requested_at_ms is not null then 'canceled' else 'queued' end,
+       attempt = case
+           when t.cancel_requested_at_ms is not null then t.attempt else greatest(t.attempt - 1, 0)
+       end,
+       run_at_ms = case when t.cancel_requested_at_ms is not null then t.run_at_ms else clock.now_ms end,
+       worker_id = case when t.cancel_requested_at_ms is not null then t.worker_id else null end,
+       progress = case when t.cancel_requested_at_ms is not null then t.progress else null end,
+       message = case when t.cancel_requested_at_ms is not null then t.message else null end,
+       lease_until_ms = null,
+       completed_at_ms = case when t.cancel_requested_at_ms is not null then clock.now_ms else null end,
+       updated_at_ms = clock.now_ms
+  from clock
+ where t.id = :id
+   and t.status = 'running'
+   and t.worker_id = :worker_id
+   and t.lease_until_ms > clock.now_ms
+returning t.*

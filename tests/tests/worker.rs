@@ -1,0 +1,432 @@
+//! The worker on a real PostgreSQL: draining, every way a run can end,
+//! leases kept and lost, cancellation, `complete_in`, and shutdown.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use waymark_pool::PgPool;
+use waymark_store::{codes, ClaimRequest, NewTask, Store, Task, TaskStatus};
+use waymark_tests::{pool_store, TestSchema};
+use waymark_worker::{CancelReason, TaskError, Worker, WorkerHandle};
+
+type S = Store<PgPool>;
+
+/// Runs `worker` in the background; returns its handle and join handle.
+fn spawn(worker: Worker<PgPool>) -> (WorkerHandle, tokio::task::JoinHandle<()>) {
+    let handle = worker.handle();
+    (handle, tokio::spawn(worker.run()))
+}
+
+/// Polls until `check` holds or `limit` passes.
+async fn eventually<F: Fn() -> Fut, Fut: std::future::Future<Output = bool>>(
+    limit: Duration,
+    what: &str,
+    check: F,
+) {
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn fetch(store: &S, id: &str) -> Task {
+    store.fetch(id).await.expect("fetch")
+}
+
+#[derive(Debug, Deserialize)]
+struct Square {
+    n: i64,
+}
+
+#[derive(Debug, Serialize)]
+struct Squared {
+    n2: i64,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_drains_typed_tasks_and_settles_each_once() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let mut ids = Vec::new();
+    for n in 0..200 {
+        ids.push(
+            store.submit(NewTask::new("square", json!({ "n": n })).queue("math")).await.expect("submit").id,
+        );
+    }
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let worker = Worker::builder(store.clone())
+        .queues(["math"])
+        .concurrency(8)
+        .task("square", move |_ctx, p: Square| {
+            let r = r.clone();
+            async move {
+                r.fetch_add(1, Ordering::SeqCst);
+                Ok(Squared { n2: p.n * p.n })
+            }
+        })
+        .build()
+        .expect("worker");
+    let (handle, run) = spawn(worker);
+    let s = store.clone();
+    eventually(Duration::from_secs(30), "200 tasks succeeded", || {
+        let s = s.clone();
+        async move { s.stats(Some("math")).await.expect("stats")["math"].succeeded == 200 }
+    })
+    .await;
+    handle.shutdown();
+    run.await.expect("worker ends");
+    assert_eq!(runs.load(Ordering::SeqCst), 200, "each task ran once");
+    assert_eq!(handle.settled(), 200);
+    let t = fetch(&store, &ids[7]).await;
+    assert_eq!((t.status, t.result, t.attempt), (TaskStatus::Succeeded, Some(json!({"n2": 49})), 1));
+    schema.drop().await;
+}
+
+/// Submits one task of `name`, runs a worker until it settles, returns it.
+async fn run_one(
+    store: &Arc<S>,
+    worker: Worker<PgPool>,
+    name: &str,
+    payload: serde_json::Value,
+    attempts: i32,
+) -> Task {
+    let task =
+        store.submit(NewTask::new(name, payload).queue("ends").max_attempts(attempts)).await.expect("submit");
+    let (handle, run) = spawn(worker);
+    let s = store.clone();
+    let id = task.id.clone();
+    eventually(Duration::from_secs(20), "the run to settle", || {
+        let (s, id) = (s.clone(), id.clone());
+        async move {
+            let t = s.fetch(&id).await.expect("fetch");
+            t.status.is_terminal() || (t.status == TaskStatus::Queued && t.attempt >= 1)
+        }
+    })
+    .await;
+    handle.shutdown();
+    run.await.expect("worker ends");
+    fetch(store, &task.id).await
+}
+
+fn ends_worker(store: &Arc<S>) -> waymark_worker::WorkerBuilder<PgPool> {
+    Worker::builder(store.clone())
+        .queues(["ends"])
+        .retry_backoff(Duration::from_secs(60), Duration::from_secs(60))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_way_a_run_ends_writes_its_envelope() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+
+    // A panic: caught, retryable handler_error, and the worker lives on.
+    let w = ends_worker(&store)
+        .task("panics", |_ctx, _p: serde_json::Value| async move {
+            if true {
+                panic!("boom at the handler");
+            }
+            Ok(())
+        })
+        .build()
+        .expect("worker");
+    let t = run_one(&store, w, "panics", json!({}), 3).await;
+    let e = t.error_envelope().expect("envelope");
+    assert_eq!((t.status, e.code.as_str(), e.retryable), (TaskStatus::Queued, codes::HANDLER_ERROR, true));
+    assert!(e.message.contains("boom at the handler"), "{e:?}");
+    assert!(t.run_at_ms >= t.updated_at_ms + 30_000, "the retry waits its backoff");
+
+    // Past max_run_time: retryable handler_timeout.
+    let w = ends_worker(&store)
+        .max_run_time(Duration::from_millis(200))
+        .task("slow", |_ctx, _p: serde_json::Value| async move {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok(())
+        })
+        .build()
+        .expect("worker");
+    let t = run_one(&store, w, "slow", json!({}), 3).await;
+    let e = t.error_envelope().expect("envelope");
+    assert_eq!((t.status, e.code.as_str(), e.retryable), (TaskStatus::Queued, codes::HANDLER_TIMEOUT, true));
+
+    // A payload that does not fit: failed for good.
+    let w =
+        ends_worker(&store).task("typed", |_ctx, p: Square| async move { Ok(p.n) }).build().expect("worker");
+    let t = run_one(&store, w, "typed", json!({"n": "not a number"}), 3).await;
+    let e = t.error_envelope().expect("envelope");
+    assert_eq!((t.status, e.kind.as_str(), e.retryable), (TaskStatus::Failed, "InvalidPayload", false));
+    assert_eq!(t.attempt, 1, "not retried");
+
+    // A result that does not serialise: failed for good.
+    let w = ends_worker(&store)
+        .task("unserialisable", |_ctx, _p: serde_json::Value| async move {
+            let mut bad = std::collections::HashMap::new();
+            bad.insert(vec![1u8], 1); // a map with non-string keys is not JSON
+            Ok(bad)
+        })
+        .build()
+        .expect("worker");
+    let t = run_one(&store, w, "unserialisable", json!({}), 3).await;
+    let e = t.error_envelope().expect("envelope");
+    assert_eq!((t.status, e.code.as_str()), (TaskStatus::Failed, codes::UNSERIALIZABLE_RESULT));
+
+    // The handler's own error: permanent, with its own code and details.
+    let w = ends_worker(&store)
+        .task("refuses", |_ctx, _p: serde_json::Value| async move {
+            Err::<(), _>(
+                TaskError::permanent("card declined").code("card_declined").details(json!({"last4": "4242"})),
+            )
+        })
+        .build()
+        .expect("worker");
+    let t = run_one(&store, w, "refuses", json!({}), 3).await;
+    let e = t.error_envelope().expect("envelope");
+    assert_eq!((t.status, e.code.as_str(), e.retryable), (TaskStatus::Failed, "card_declined", false));
+    assert_eq!(e.details, json!({"last4": "4242"}));
+
+    // A retryable error on the last attempt: failed.
+    let w = ends_worker(&store)
+        .task("flaky", |_ctx, _p: serde_json::Value| async move { Err::<(), _>(TaskError::new("try later")) })
+        .build()
+        .expect("worker");
+    let t = run_one(&store, w, "flaky", json!({}), 1).await;
+    assert_eq!(t.status, TaskStatus::Failed);
+    assert_eq!(t.error_envelope().expect("envelope").code, codes::TASK_ERROR);
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_with_no_handler_is_never_claimed_by_this_worker() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let orphan = store.submit(NewTask::new("nobody.handles", json!({})).queue("ends")).await.expect("submit");
+    let w = ends_worker(&store)
+        .task("known", |_ctx, _p: serde_json::Value| async move { Ok(()) })
+        .build()
+        .expect("w");
+    let known = run_one(&store, w, "known", json!({}), 3).await;
+    assert_eq!(known.status, TaskStatus::Succeeded);
+    let t = fetch(&store, &orphan.id).await;
+    assert_eq!((t.status, t.attempt), (TaskStatus::Queued, 0), "left for a worker that can run it");
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_keep_a_slow_task_and_a_paused_heartbeat_loses_it() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let reasons = Arc::new(Mutex::new(Vec::new()));
+    let seen = reasons.clone();
+    let w = Worker::builder(store.clone())
+        .queues(["lease"])
+        .lease(Duration::from_millis(600))
+        .heartbeat_interval(Duration::from_millis(100))
+        .task("slow", move |ctx, p: serde_json::Value| {
+            let seen = seen.clone();
+            async move {
+                let ms = p["ms"].as_u64().unwrap_or(0);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                    reason = ctx.cancelled() => { seen.lock().unwrap().push(reason); }
+                }
+                Ok(json!("done"))
+            }
+        })
+        .build()
+        .expect("worker");
+    let (handle, run) = spawn(w);
+
+    // 2 s of work on a 600 ms lease: kept by heartbeats, one attempt.
+    let kept = store.submit(NewTask::new("slow", json!({"ms": 2000})).queue("lease")).await.expect("submit");
+    let done = store.wait(&kept.id, Duration::from_secs(20)).await.expect("wait");
+    assert_eq!((done.status, done.attempt), (TaskStatus::Succeeded, 1));
+
+    // Paused: the lease runs out and another worker takes the task.
+    handle.pause_heartbeats(true);
+    let lost = store.submit(NewTask::new("slow", json!({"ms": 3000})).queue("lease")).await.expect("submit");
+    let s = store.clone();
+    let id = lost.id.clone();
+    eventually(Duration::from_secs(10), "the first run to start", || {
+        let (s, id) = (s.clone(), id.clone());
+        async move { s.fetch(&id).await.expect("fetch").status == TaskStatus::Running }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await; // past the lease
+    let stolen = store
+        .claim(&ClaimRequest::new("thief", ["lease"]).limit(1).lease_ms(60_000))
+        .await
+        .expect("claim after expiry");
+    assert_eq!(stolen.len(), 1);
+    assert_eq!((stolen[0].id.as_str(), stolen[0].attempt), (lost.id.as_str(), 2));
+    handle.pause_heartbeats(false);
+    // The next beat misses the task: its token fires as LeaseLost, and the
+    // handler's late settlement writes nothing.
+    let r = reasons.clone();
+    eventually(Duration::from_secs(5), "the token to fire", || {
+        let r = r.clone();
+        async move { r.lock().unwrap().contains(&CancelReason::LeaseLost) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = fetch(&store, &lost.id).await;
+    assert_eq!((t.status, t.worker_id.as_deref(), t.attempt), (TaskStatus::Running, Some("thief"), 2));
+    assert_eq!(t.result, None, "the late settlement was a no-op");
+    handle.shutdown();
+    run.await.expect("worker ends");
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_from_another_client_fires_the_token_and_ends_canceled() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let reasons = Arc::new(Mutex::new(Vec::new()));
+    let seen = reasons.clone();
+    let w = Worker::builder(store.clone())
+        .queues(["c"])
+        .lease(Duration::from_secs(3))
+        .heartbeat_interval(Duration::from_millis(100))
+        .task("long", move |ctx, _p: serde_json::Value| {
+            let seen = seen.clone();
+            async move {
+                let reason = ctx.cancelled().await;
+                seen.lock().unwrap().push(reason);
+                Ok(json!("stopped"))
+            }
+        })
+        .build()
+        .expect("worker");
+    let (handle, run) = spawn(w);
+    let task = store.submit(NewTask::new("long", json!({})).queue("c")).await.expect("submit");
+    let s = store.clone();
+    let id = task.id.clone();
+    eventually(Duration::from_secs(10), "the run to start", || {
+        let (s, id) = (s.clone(), id.clone());
+        async move { s.fetch(&id).await.expect("fetch").status == TaskStatus::Running }
+    })
+    .await;
+    store.cancel(&task.id).await.expect("cancel");
+    let done = store.wait(&task.id, Duration::from_secs(10)).await.expect("wait");
+    assert_eq!(done.status, TaskStatus::Canceled);
+    assert_eq!(done.result, None, "cancel wins over the result");
+    assert_eq!(*reasons.lock().unwrap(), vec![CancelReason::Requested]);
+    handle.shutdown();
+    run.await.expect("worker ends");
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_in_commits_the_handlers_rows_with_the_settlement_or_neither() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let admin = waymark_tests::db::admin_client(&schema.url).await;
+    let table = format!("\"{}\".receipts", schema.schema);
+    admin.batch_execute(&format!("create table {table} (task_id text primary key)")).await.expect("table");
+    let insert = format!("insert into {table} (task_id) values ($1)");
+    let w = Worker::builder(store.clone())
+        .queues(["tx"])
+        .task("receipt", move |ctx, p: serde_json::Value| {
+            let insert = insert.clone();
+            async move {
+                if let Some(ms) = p["wait_ms"].as_u64() {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+                let tx = ctx.begin().await?;
+                tx.client()
+                    .execute(&insert, &[&ctx.id()])
+                    .await
+                    .map_err(|e| TaskError::new(e.to_string()))?;
+                ctx.complete_in(tx, json!({"receipt": true})).await?;
+                Ok(())
+            }
+        })
+        .build()
+        .expect("worker");
+    let (handle, run) = spawn(w);
+    let ok = store.submit(NewTask::new("receipt", json!({})).queue("tx")).await.expect("submit");
+    let done = store.wait(&ok.id, Duration::from_secs(10)).await.expect("wait");
+    assert_eq!((done.status, done.result), (TaskStatus::Succeeded, Some(json!({"receipt": true}))));
+    let count = |id: String| {
+        let sql = format!("select count(*) from {table} where task_id = $1");
+        let admin = &admin;
+        async move { admin.query_one(&sql, &[&id]).await.expect("count").get::<_, i64>(0) }
+    };
+    assert_eq!(count(ok.id.clone()).await, 1, "the row committed with the settlement");
+
+    // The lease is stolen while the handler waits: its row and its
+    // settlement roll back together.
+    let stolen =
+        store.submit(NewTask::new("receipt", json!({"wait_ms": 1500})).queue("tx")).await.expect("submit");
+    let s = store.clone();
+    let id = stolen.id.clone();
+    eventually(Duration::from_secs(10), "the run to start", || {
+        let (s, id) = (s.clone(), id.clone());
+        async move { s.fetch(&id).await.expect("fetch").status == TaskStatus::Running }
+    })
+    .await;
+    // Take it over by force: mark it expired, then claim it as another worker.
+    admin
+        .execute(
+            &format!("update \"{}\".cairnq_tasks set lease_until_ms = 0 where id = $1", schema.schema),
+            &[&stolen.id],
+        )
+        .await
+        .expect("expire the lease");
+    let thief =
+        store.claim(&ClaimRequest::new("thief", ["tx"]).limit(1).lease_ms(60_000)).await.expect("claim");
+    assert_eq!(thief.len(), 1);
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let t = fetch(&store, &stolen.id).await;
+    assert_eq!((t.status, t.worker_id.as_deref()), (TaskStatus::Running, Some("thief")));
+    assert_eq!(
+        count(stolen.id.clone()).await,
+        0,
+        "the handler's row rolled back with the refused settlement"
+    );
+    handle.shutdown();
+    run.await.expect("worker ends");
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_under_load_gives_unfinished_tasks_back_at_once() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    for i in 0..40 {
+        store.submit(NewTask::new("sleepy", json!({ "i": i })).queue("sd")).await.expect("submit");
+    }
+    let w = Worker::builder(store.clone())
+        .queues(["sd"])
+        .concurrency(5)
+        .shutdown_grace(Duration::from_millis(300))
+        .task("sleepy", |_ctx, _p: serde_json::Value| async move {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok(())
+        })
+        .build()
+        .expect("worker");
+    let (handle, run) = spawn(w);
+    let s = store.clone();
+    eventually(Duration::from_secs(10), "five running", || {
+        let s = s.clone();
+        async move { s.stats(Some("sd")).await.expect("stats")["sd"].running == 5 }
+    })
+    .await;
+    let started = Instant::now();
+    handle.shutdown();
+    run.await.expect("worker ends");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "shutdown takes about the grace period: {took:?}");
+    let counts = store.stats(Some("sd")).await.expect("stats")["sd"];
+    assert_eq!((counts.queued, counts.running, counts.succeeded), (40, 0, 0), "nothing lost: {counts:?}");
+    // Given back due now and with the attempt unspent: claimable at once.
+    let again =
+        store.claim(&ClaimRequest::new("next", ["sd"]).limit(40).lease_ms(10_000)).await.expect("claim");
+    assert_eq!(again.len(), 40);
+    assert!(again.iter().all(|t| t.attempt == 1), "no attempt was burnt by the shutdown");
+    schema.drop().await;
+}
