@@ -1,0 +1,49 @@
+//! A worker process for the crash test: it runs `crash.sleep` tasks (each
+//! records its run in a table first, then sleeps) until it is killed.
+//! Usage: crash_worker <url> <schema> <worker_id>
+
+use std::time::Duration;
+
+use waymark_pool::PgPool;
+use waymark_store::{ConnectOptions, Store};
+use waymark_worker::{TaskError, Worker};
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [url, schema, worker_id] = args.as_slice() else {
+        eprintln!("usage: crash_worker <url> <schema> <worker_id>");
+        std::process::exit(2);
+    };
+    let pool = PgPool::builder(url.as_str()).max_size(4).schema(schema.as_str()).build().expect("pool");
+    let store = Store::connect(pool, ConnectOptions::schema(schema.as_str())).await.expect("connect");
+    let worker = Worker::builder(store)
+        .queues(["crash"])
+        .concurrency(4)
+        .lease(Duration::from_millis(1500))
+        .worker_id(worker_id.as_str())
+        .task("crash.sleep", |ctx, p: serde_json::Value| async move {
+            record_run(&ctx).await?;
+            tokio::time::sleep(Duration::from_millis(p["ms"].as_u64().unwrap_or(100))).await;
+            Ok(serde_json::json!({"by": ctx.worker_id()}))
+        })
+        .build()
+        .expect("worker");
+    println!("ready");
+    worker.run().await;
+}
+
+/// One row per run, committed before the work, so the test can count runs.
+pub async fn record_run(ctx: &waymark_worker::TaskContext<PgPool>) -> Result<(), TaskError> {
+    use waymark_store::PgTransaction;
+    let tx = ctx.begin().await?;
+    tx.client()
+        .execute(
+            "insert into crash_runs (task_id, attempt, worker_id) values ($1, $2, $3)",
+            &[&ctx.id(), &ctx.attempt(), &ctx.worker_id()],
+        )
+        .await
+        .map_err(|e| TaskError::new(e.to_string()))?;
+    tx.commit().await.map_err(|e| TaskError::new(e.to_string()))?;
+    Ok(())
+}

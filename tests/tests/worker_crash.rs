@@ -1,0 +1,122 @@
+//! A worker process killed with SIGKILL mid-work: another worker finishes
+//! every task once the leases run out. Nothing is lost, nothing settled
+//! twice, and attempts count the runs.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use waymark_store::{NewTask, TaskStatus};
+use waymark_tests::{pool_store, TestSchema};
+use waymark_worker::{TaskError, Worker};
+
+const TASKS: usize = 24;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_loses_nothing_and_settles_nothing_twice() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let admin = waymark_tests::db::admin_client(&schema.url).await;
+    let q = |sql: &str| sql.replace("crash_runs", &format!("\"{}\".crash_runs", schema.schema));
+    admin
+        .batch_execute(&q("create table crash_runs (task_id text, attempt int, worker_id text)"))
+        .await
+        .expect("runs table");
+    let mut ids = Vec::new();
+    for i in 0..TASKS {
+        let t = NewTask::new("crash.sleep", json!({"ms": 400, "i": i})).queue("crash");
+        ids.push(store.submit(t).await.expect("submit").id);
+    }
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_crash_worker"))
+        .args([&schema.url, &schema.schema, "doomed"])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the worker process");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next_line().await.expect("read").as_deref(), Some("ready"));
+
+    // Let it finish some and hold others, then kill it without warning.
+    let started = Instant::now();
+    loop {
+        let c = store.stats(Some("crash")).await.expect("stats")["crash"];
+        if c.succeeded >= 4 && c.running >= 1 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the child made no progress: {c:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.start_kill().expect("SIGKILL");
+    child.wait().await.expect("reaped");
+    let at_kill = store.stats(Some("crash")).await.expect("stats")["crash"];
+    assert!(at_kill.running >= 1, "some tasks were mid-run at the kill: {at_kill:?}");
+
+    // A second worker finishes everything once the leases (1.5 s) expire.
+    let runs_table = q("insert into crash_runs (task_id, attempt, worker_id) values ($1, $2, $3)");
+    let worker = Worker::builder(store.clone())
+        .queues(["crash"])
+        .concurrency(8)
+        .poll_interval(Duration::from_millis(200))
+        .worker_id("survivor")
+        .task("crash.sleep", move |ctx, _p: serde_json::Value| {
+            let sql = runs_table.clone();
+            async move {
+                let tx = ctx.begin().await?;
+                tx.client()
+                    .execute(&sql, &[&ctx.id(), &ctx.attempt(), &ctx.worker_id()])
+                    .await
+                    .map_err(|e| TaskError::new(e.to_string()))?;
+                ctx.complete_in(tx, json!({"by": "survivor"})).await?;
+                Ok(())
+            }
+        })
+        .build()
+        .expect("worker");
+    let handle = worker.handle();
+    let run = tokio::spawn(worker.run());
+    let started = Instant::now();
+    loop {
+        let c = store.stats(Some("crash")).await.expect("stats")["crash"];
+        if c.succeeded == TASKS as i64 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "not all finished: {c:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    handle.shutdown();
+    run.await.expect("worker ends");
+
+    let mut rerun = 0;
+    for id in &ids {
+        let t = store.fetch(id).await.expect("fetch");
+        assert_eq!(t.status, TaskStatus::Succeeded);
+        let runs = admin
+            .query(&q("select attempt, worker_id from crash_runs where task_id = $1 order by attempt"), &[id])
+            .await
+            .expect("runs");
+        let attempts: Vec<i32> = runs.iter().map(|r| r.get(0)).collect();
+        // Each claim counted one attempt, in order; the last run is the one
+        // that settled. (A claim the kill cut off before its handler wrote
+        // its row counted an attempt with no run row: at most one.)
+        assert!(attempts.windows(2).all(|w| w[0] < w[1]), "task {id}: runs {attempts:?}");
+        assert_eq!(attempts.last().copied(), Some(t.attempt), "task {id}: runs {attempts:?}");
+        assert!(
+            t.attempt as usize - attempts.len() <= 1,
+            "task {id}: runs {attempts:?}, attempt {}",
+            t.attempt
+        );
+        let last_worker: String = runs.last().expect("a run").get(1);
+        let settled_by = t.result.as_ref().and_then(|r| r["by"].as_str()).expect("result");
+        assert_eq!(settled_by, last_worker, "the settling run is the last one");
+        assert_eq!(t.worker_id.as_deref(), Some(settled_by));
+        if t.attempt > 1 {
+            rerun += 1;
+            assert_eq!(settled_by, "survivor");
+        }
+    }
+    assert!(rerun as i64 >= at_kill.running, "the tasks held at the kill ran again ({rerun})");
+    schema.drop().await;
+}
