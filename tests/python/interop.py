@@ -133,6 +133,13 @@ def register_handlers(worker: Worker, runs: list[dict[str, Any]], cancels: list[
         # Any other exception is a retryable handler_error.
         raise ValueError(payload["message"])
 
+    @worker.task("mixed.job")
+    async def mixed(ctx, payload):
+        # Shared with a waymark worker on the same queue (the mixed fleet).
+        ran(ctx, payload)
+        await asyncio.sleep(0.02)
+        return {"by": "python", "n": payload["n"]}
+
     @worker.task("py.slow")
     async def slow(ctx, payload):
         ran(ctx, payload)

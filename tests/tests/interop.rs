@@ -454,3 +454,78 @@ async fn a_python_installed_database_reads_as_migrated() {
     drop(store);
     db.drop().await;
 }
+
+/// One waymark worker and one cairnq Python worker on the same queue drain a
+/// backlog submitted from both languages: every task runs exactly once, to
+/// success, and both workers take part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_fleet_drains_a_shared_backlog_once() {
+    ensure_python().await;
+    let db = TestDatabase::new().await;
+    let store = std::sync::Arc::new(store_on(&db.url).await);
+
+    // Half the backlog from Python, half from Rust.
+    let specs: Vec<Json> = (0..30).map(|n| json!({"name": "mixed.job", "payload": {"n": n}})).collect();
+    let from_python = py(&db.url, vec!["submit".into(), Json::Array(specs).to_string()]);
+    let mut ids: Vec<String> = from_python["submitted"]
+        .as_array()
+        .expect("submitted")
+        .iter()
+        .map(|s| s["task"]["id"].as_str().expect("id").to_owned())
+        .collect();
+    for n in 30..60 {
+        ids.push(store.submit(NewTask::new("mixed.job", json!({ "n": n }))).await.expect("submit").id);
+    }
+
+    let rust_runs = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = rust_runs.clone();
+    let worker = waymark_worker::Worker::builder(store.clone())
+        .concurrency(4)
+        .poll_interval(Duration::from_millis(100))
+        .worker_id(RUST_WORKER)
+        .task("mixed.job", move |ctx, payload: Json| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(ctx.id().to_owned());
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(json!({"by": "rust", "n": payload["n"]}))
+            }
+        })
+        .build()
+        .expect("worker");
+    let handle = worker.handle();
+    let rust = tokio::spawn(worker.run());
+    let mut args = vec!["work".to_owned(), "--timeout-s".into(), "90".into(), "--until".into()];
+    args.extend(ids.iter().cloned());
+    let python = py_in_background(&db.url, args).await.expect("python worker");
+    handle.shutdown();
+    rust.await.expect("rust worker");
+
+    let python_runs: Vec<String> = python["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| r["id"].as_str().expect("id").to_owned())
+        .collect();
+    let rust_runs = rust_runs.lock().unwrap().clone();
+    assert!(python["errors"].as_array().is_some_and(|e| e.is_empty()), "python errors: {}", python["errors"]);
+    let mut all: Vec<&String> = python_runs.iter().chain(rust_runs.iter()).collect();
+    all.sort();
+    let distinct: BTreeSet<&String> = all.iter().copied().collect();
+    assert_eq!(all.len(), distinct.len(), "no task ran twice");
+    assert_eq!(distinct, ids.iter().collect::<BTreeSet<_>>(), "every task ran");
+    assert!(
+        !python_runs.is_empty() && !rust_runs.is_empty(),
+        "both workers took part: python {} rust {}",
+        python_runs.len(),
+        rust_runs.len()
+    );
+    for id in &ids {
+        let t = store.fetch(id).await.expect("fetch");
+        assert_eq!((t.status, t.attempt), (TaskStatus::Succeeded, 1), "task {id}");
+        let by = t.result.as_ref().and_then(|r| r["by"].as_str()).expect("result").to_owned();
+        let expected = if rust_runs.contains(id) { "rust" } else { "python" };
+        assert_eq!(by, expected, "task {id} settled by the worker that ran it");
+    }
+    db.drop().await;
+}
