@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::json;
 use waymark_store::{
     codes, ClaimRequest, Conflict, Error, ErrorEnvelope, Failure, ListFilter, NewTask, PgExecutor, PgSession,
-    PgTransaction, PurgeFilter, Store, TaskStatus,
+    PgTransaction, PurgeFilter, Settlement, Store, TaskStatus,
 };
 
 /// Expands to one test per contract case for the executor `make` builds.
@@ -32,6 +32,8 @@ macro_rules! store_contract {
             queue_depth_and_stats,
             purge_takes_the_key_with_it,
             migrate_is_idempotent,
+            settle_batch_answers_each_settlement_on_its_own,
+            release_gives_a_task_back_without_spending_its_attempt,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
@@ -448,4 +450,59 @@ pub async fn migrate_is_idempotent<E: PgExecutor>(store: &Store<E>) {
     assert!(status.iter().all(|m| m.applied_at_ms.is_some()), "{status:?}");
     assert_eq!(status[2].name, "0003_notify.sql");
     store.check_protocol_version().await.expect("version 1");
+}
+
+/// Several settlements in one transaction: completes of one worker in one
+/// statement, a failure beside them, a stolen lease and a cancel request;
+/// each is answered on its own.
+pub async fn settle_batch_answers_each_settlement_on_its_own<E: PgExecutor>(store: &Store<E>) {
+    for i in 0..5 {
+        store.submit(NewTask::new("b", json!({ "i": i }))).await.expect("submit");
+    }
+    let mut claimed = store.claim(&claim("w1").limit(5)).await.expect("claim");
+    claimed.sort_by_key(|t| t.payload["i"].as_i64());
+    let ids: Vec<String> = claimed.iter().map(|t| t.id.clone()).collect();
+    store.cancel(&ids[1]).await.expect("cancel request on a running task");
+    let items = vec![
+        Settlement::Complete { id: ids[0].clone(), worker_id: "w1".into(), result: json!({"r": 0}) },
+        Settlement::Complete { id: ids[1].clone(), worker_id: "w1".into(), result: json!({"r": 1}) },
+        Settlement::Complete { id: ids[2].clone(), worker_id: "w2".into(), result: json!({"r": 2}) },
+        Settlement::Fail {
+            id: ids[3].clone(),
+            worker_id: "w1".into(),
+            failure: Failure::new(json!({"code": "task_error"})).retryable(false),
+        },
+        Settlement::Complete { id: ids[4].clone(), worker_id: "w1".into(), result: json!(null) },
+        Settlement::Complete { id: ids[0].clone(), worker_id: "w1".into(), result: json!({"r": "again"}) },
+    ];
+    let out = store.settle_batch(&items).await.expect("the batch commits");
+    assert_eq!(out.len(), items.len());
+    let status = |i: usize| out[i].as_ref().map(|t| t.status).map_err(|e| e.class_name());
+    assert_eq!(status(0), Ok(TaskStatus::Succeeded));
+    assert_eq!(status(1), Ok(TaskStatus::Canceled), "a cancel request wins");
+    assert_eq!(status(2), Err("LostLease"), "another worker's settlement is refused");
+    assert_eq!(status(3), Ok(TaskStatus::Failed));
+    assert_eq!(status(4), Ok(TaskStatus::Succeeded));
+    assert_eq!(status(5), Err("LostLease"), "a second settlement of one task is refused");
+    assert_eq!(store.fetch(&ids[0]).await.expect("get").result, Some(json!({"r": 0})));
+    assert_eq!(store.fetch(&ids[2]).await.expect("get").status, TaskStatus::Running, "untouched");
+}
+
+/// `release` puts a running task back, due now, with its attempt unspent;
+/// with a cancel requested it ends canceled instead.
+pub async fn release_gives_a_task_back_without_spending_its_attempt<E: PgExecutor>(store: &Store<E>) {
+    let a = store.submit(NewTask::new("r", json!({}))).await.expect("submit");
+    let b = store.submit(NewTask::new("r", json!({}))).await.expect("submit");
+    assert_eq!(store.claim(&claim("w1").limit(2)).await.expect("claim").len(), 2);
+    store.cancel(&b.id).await.expect("cancel request");
+    let back = store.release(&a.id, "w1").await.expect("release");
+    assert_eq!(
+        (back.status, back.attempt, back.worker_id, back.lease_until_ms),
+        (TaskStatus::Queued, 0, None, None)
+    );
+    assert!(store.release(&a.id, "w1").await.expect_err("not running any more").is_lost_lease());
+    let canceled = store.release(&b.id, "w1").await.expect("release with a cancel request");
+    assert_eq!(canceled.status, TaskStatus::Canceled);
+    let again = store.claim(&claim("w2")).await.expect("claim again at once");
+    assert_eq!((again.len(), again[0].id.as_str(), again[0].attempt), (1, a.id.as_str(), 1));
 }

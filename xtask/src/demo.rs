@@ -1,22 +1,32 @@
 //! `cargo xtask demo`: the main job, end to end. Finds or starts PostgreSQL,
-//! migrates a fresh `waymark_demo` database, submits tasks, processes them
-//! through the store's claim/complete API with visible progress, and reports.
+//! migrates a fresh `waymark_demo` database, submits tasks, and runs a real
+//! `waymark-worker` over them with a progress bar and a per-second rate,
+//! twice: with settlement batching (the default) and without, then reports
+//! both.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use waymark_pool::PgPool;
-use waymark_store::{ClaimRequest, ConnectOptions, NewTask, Store, TaskStatus};
+use waymark_store::{ConnectOptions, NewTask, Store, TaskStatus};
+use waymark_worker::Worker;
 
 const DEFAULT_TASKS: usize = 5_000;
 const PRODUCERS: usize = 8;
-const CLAIMERS: usize = 4;
-const CLAIM_BATCH: i64 = 100;
-const SETTLE_CONCURRENCY: usize = 2;
+const CONCURRENCY: usize = 64;
+
+#[derive(Deserialize)]
+struct Square {
+    n: i64,
+}
+
+#[derive(Serialize)]
+struct Squared {
+    square: i64,
+}
 
 pub async fn run(args: &[String]) -> Result<(), String> {
     let mut tasks = DEFAULT_TASKS;
@@ -24,7 +34,11 @@ pub async fn run(args: &[String]) -> Result<(), String> {
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--tasks" => {
-                tasks = it.next().and_then(|n| n.parse().ok()).ok_or("--tasks needs a positive number")?;
+                tasks = it
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|n| *n > 0)
+                    .ok_or("--tasks needs a positive number")?;
             }
             other => return Err(format!("demo: unknown argument {other:?}")),
         }
@@ -40,36 +54,73 @@ pub async fn run(args: &[String]) -> Result<(), String> {
     let report = store.prepare(&ConnectOptions::default()).await.map_err(|e| e.to_string())?;
     println!("migrated: {} migrations applied", report.applied.len());
 
-    let started = Instant::now();
-    submit_all(&store, tasks).await?;
-    let submitted_in = started.elapsed();
-    println!(
-        "submitted {tasks} tasks in {:.2} s ({:.0} tasks/s)",
-        submitted_in.as_secs_f64(),
-        tasks as f64 / submitted_in.as_secs_f64()
-    );
-
-    let done = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let workers: Vec<_> = (0..CLAIMERS)
-        .map(|i| tokio::spawn(work(store.clone(), format!("demo-worker-{i}"), done.clone(), tasks)))
-        .collect();
-    while done.load(Ordering::Relaxed) < tasks && !workers.iter().all(|w| w.is_finished()) {
-        draw_progress(done.load(Ordering::Relaxed), tasks, started.elapsed());
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut rates = Vec::new();
+    for (label, batch) in
+        [("batched settlement (64 per commit, 2 ms window)", 64), ("one commit per settlement", 1)]
+    {
+        println!("\n== {label}");
+        let queue = format!("demo-{batch}");
+        let started = Instant::now();
+        submit_all(&store, &queue, tasks).await?;
+        let submitted_in = started.elapsed();
+        println!(
+            "submitted {tasks} tasks in {:.2} s ({:.0} tasks/s)",
+            submitted_in.as_secs_f64(),
+            tasks as f64 / submitted_in.as_secs_f64()
+        );
+        let rate = drain(&store, &queue, tasks, batch).await?;
+        rates.push((label, rate));
     }
-    for w in workers {
-        w.await.map_err(|e| e.to_string())??;
+    println!("\n== summary ({tasks} tasks each, worker concurrency {CONCURRENCY})");
+    for (label, rate) in &rates {
+        println!("  {rate:>8.0} tasks/s  {label}");
+    }
+    if let [(_, batched), (_, single)] = rates.as_slice() {
+        println!("  batching settles {:.1}x faster", batched / single);
+    }
+    Ok(())
+}
+
+/// Runs a worker over `queue` until `tasks` succeeded; returns tasks/s.
+async fn drain(store: &Arc<Store<PgPool>>, queue: &str, tasks: usize, batch: usize) -> Result<f64, String> {
+    let worker = Worker::builder(store.clone())
+        .queues([queue])
+        .concurrency(CONCURRENCY)
+        .settle_batch(batch, Duration::from_millis(2))
+        .task("demo.square", |_ctx, p: Square| async move { Ok(Squared { square: p.n * p.n }) })
+        .build()
+        .map_err(|e| e.to_string())?;
+    let handle = worker.handle();
+    let started = Instant::now();
+    let run = tokio::spawn(worker.run());
+    let mut last = (Instant::now(), 0u64);
+    let mut per_second = 0.0;
+    loop {
+        let done = handle.settled();
+        if last.0.elapsed() >= Duration::from_secs(1) {
+            per_second = (done - last.1) as f64 / last.0.elapsed().as_secs_f64();
+            last = (Instant::now(), done);
+        }
+        draw_progress(done as usize, tasks, started.elapsed(), per_second);
+        if done as usize >= tasks {
+            break;
+        }
+        if run.is_finished() {
+            return Err("the worker stopped before the queue drained".to_owned());
+        }
+        if started.elapsed() > Duration::from_secs(600) {
+            return Err(format!("only {done} of {tasks} tasks settled in 10 minutes"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let elapsed = started.elapsed();
-    let processed = done.load(Ordering::Relaxed);
-    draw_progress(processed, tasks, elapsed);
+    handle.shutdown();
+    run.await.map_err(|e| e.to_string())?;
     println!();
-
-    let stats = store.stats(Some("demo")).await.map_err(|e| e.to_string())?;
-    let counts = stats.get("demo").copied().unwrap_or_default();
+    let counts =
+        store.stats(Some(queue)).await.map_err(|e| e.to_string())?.get(queue).copied().unwrap_or_default();
     println!(
-        "queue demo: succeeded {}, failed {}, queued {}, running {}",
+        "queue {queue}: succeeded {}, failed {}, queued {}, running {}",
         counts.get(TaskStatus::Succeeded),
         counts.get(TaskStatus::Failed),
         counts.get(TaskStatus::Queued),
@@ -78,12 +129,9 @@ pub async fn run(args: &[String]) -> Result<(), String> {
     if counts.get(TaskStatus::Succeeded) != tasks as i64 {
         return Err(format!("expected {tasks} succeeded tasks, found {}", counts.get(TaskStatus::Succeeded)));
     }
-    println!(
-        "processed {processed} tasks in {:.2} s ({:.0} tasks/s)",
-        elapsed.as_secs_f64(),
-        processed as f64 / elapsed.as_secs_f64()
-    );
-    Ok(())
+    let rate = tasks as f64 / elapsed.as_secs_f64();
+    println!("processed {tasks} tasks in {:.2} s ({rate:.0} tasks/s)", elapsed.as_secs_f64());
+    Ok(rate)
 }
 
 /// DATABASE_URL, else the local server on 5432, else the throwaway cluster.
@@ -117,13 +165,13 @@ pub(crate) async fn fresh_database(server: &str, name: &str) -> Result<String, S
     Ok(waymark_tests::db::url_with_database(server, name))
 }
 
-async fn submit_all(store: &Arc<Store<PgPool>>, tasks: usize) -> Result<(), String> {
+async fn submit_all(store: &Arc<Store<PgPool>>, queue: &str, tasks: usize) -> Result<(), String> {
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|p| {
-            let store = store.clone();
+            let (store, queue) = (store.clone(), queue.to_owned());
             tokio::spawn(async move {
                 for n in (p..tasks).step_by(PRODUCERS) {
-                    let task = NewTask::new("demo.square", json!({ "n": n })).queue("demo");
+                    let task = NewTask::new("demo.square", json!({ "n": n })).queue(queue.as_str());
                     store.submit(task).await.map_err(|e| e.to_string())?;
                 }
                 Ok::<_, String>(())
@@ -136,50 +184,12 @@ async fn submit_all(store: &Arc<Store<PgPool>>, tasks: usize) -> Result<(), Stri
     Ok(())
 }
 
-/// One claim loop: claim a batch, run each (square the number), complete it.
-async fn work(
-    store: Arc<Store<PgPool>>,
-    worker: String,
-    done: Arc<AtomicUsize>,
-    total: usize,
-) -> Result<(), String> {
-    let request =
-        ClaimRequest::new(&worker, ["demo"]).names(["demo.square"]).limit(CLAIM_BATCH).lease_ms(30_000);
-    while done.load(Ordering::Relaxed) < total {
-        let claimed = store.claim(&request).await.map_err(|e| e.to_string())?;
-        if claimed.is_empty() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            continue;
-        }
-        // Settle the batch a few at a time: each complete is its own
-        // ownership-checked statement and commit.
-        let settled: Vec<Result<(), String>> = futures::stream::iter(claimed)
-            .map(|task| {
-                let (store, worker, done) = (&store, &worker, &done);
-                async move {
-                    let n = task.payload["n"].as_i64().unwrap_or(0);
-                    store
-                        .complete(&task.id, worker, json!({ "square": n * n }))
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    done.fetch_add(1, Ordering::Relaxed);
-                    Ok(())
-                }
-            })
-            .buffer_unordered(SETTLE_CONCURRENCY)
-            .collect()
-            .await;
-        settled.into_iter().collect::<Result<(), String>>()?;
-    }
-    Ok(())
-}
-
-fn draw_progress(done: usize, total: usize, elapsed: Duration) {
+fn draw_progress(done: usize, total: usize, elapsed: Duration, per_second: f64) {
     const WIDTH: usize = 40;
-    let filled = (done * WIDTH).checked_div(total).unwrap_or(WIDTH);
-    let rate = done as f64 / elapsed.as_secs_f64().max(1e-3);
+    let filled = (done.min(total) * WIDTH).checked_div(total).unwrap_or(WIDTH);
+    let average = done as f64 / elapsed.as_secs_f64().max(1e-3);
     print!(
-        "\r[{}{}] {done}/{total} tasks, {rate:.0} tasks/s",
+        "\r[{}{}] {done}/{total} tasks, {per_second:>6.0} tasks/s now, {average:>6.0} average",
         "#".repeat(filled),
         ".".repeat(WIDTH - filled)
     );

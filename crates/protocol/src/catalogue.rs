@@ -152,6 +152,7 @@ catalogue! {
     Progress => "progress",
     Succeed => "succeed",
     Complete => "complete",
+    CompleteBatch => "complete_batch",
     Fail => "fail",
     Release => "release",
     LedgerCreate => "ledger_create",

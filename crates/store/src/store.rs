@@ -478,24 +478,13 @@ impl<E: PgExecutor> Store<E> {
     /// each settlement is still ownership-checked and answered on its own
     /// (a lost lease fails only that one). `Err` means the transaction
     /// failed and none of them is known to have committed.
+    ///
+    /// The completes of each worker go in one `complete_batch` statement;
+    /// failures run one statement each, in the same transaction.
     pub async fn settle_batch(&self, items: &[Settlement]) -> Result<Vec<Result<Task>>> {
         let mut tx = self.begin(Lane::Critical).await?;
-        let mut outcomes = Vec::with_capacity(items.len());
-        for item in items {
-            let out = match item {
-                Settlement::Complete { id, worker_id, result } => {
-                    complete(&mut tx, id, worker_id, result.clone()).await
-                }
-                Settlement::Fail { id, worker_id, failure } => fail(&mut tx, id, worker_id, failure).await,
-            };
-            match out {
-                Err(e) if !(e.is_lost_lease() || matches!(e, Error::InvalidArgument(_))) => {
-                    return finish(tx, Err(e), "settle").await;
-                }
-                other => outcomes.push(other),
-            }
-        }
-        finish(tx, Ok(outcomes), "settle").await
+        let out = settle_all(&mut tx, items).await;
+        finish(tx, out, "settle").await
     }
 }
 
@@ -520,6 +509,63 @@ pub enum Settlement {
         /// The failure.
         failure: Failure,
     },
+}
+
+async fn settle_all<S: PgSession + ?Sized>(s: &mut S, items: &[Settlement]) -> Result<Vec<Result<Task>>> {
+    let mut outcomes: Vec<Option<Result<Task>>> = (0..items.len()).map(|_| None).collect();
+    // Completes, grouped by worker: one statement per group.
+    let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, item) in items.iter().enumerate() {
+        if let Settlement::Complete { worker_id, .. } = item {
+            groups.entry(worker_id.as_str()).or_default().push(i);
+        }
+    }
+    for (worker_id, members) in groups {
+        non_empty("worker_id", worker_id)?;
+        let mut results = serde_json::Map::new();
+        let mut ids = Vec::with_capacity(members.len());
+        for &i in &members {
+            let Settlement::Complete { id, result, .. } = &items[i] else {
+                unreachable!("grouped completes")
+            };
+            non_empty("task id", id)?;
+            // The first settlement of an id is the one that counts.
+            if !results.contains_key(id) {
+                results.insert(id.clone(), result.clone());
+                ids.push(id.clone());
+            }
+        }
+        let binds: Binds = vec![
+            ("results", Value::Jsonb(Json::Object(results))),
+            ("ids", Value::TextArray(ids)),
+            ("worker_id", worker_id.into()),
+        ];
+        let mut settled: BTreeMap<String, Task> =
+            tasks(s, Statement::CompleteBatch, binds).await?.into_iter().map(|t| (t.id.clone(), t)).collect();
+        for &i in &members {
+            let Settlement::Complete { id, .. } = &items[i] else { unreachable!("grouped completes") };
+            // A duplicate id finds its row taken by the first: a lost lease.
+            outcomes[i] =
+                Some(settled.remove(id).ok_or_else(|| Error::LostLease {
+                    task_id: id.clone(),
+                    worker_id: worker_id.to_owned(),
+                }));
+        }
+    }
+    for (i, item) in items.iter().enumerate() {
+        if let Settlement::Fail { id, worker_id, failure } = item {
+            let out = fail(s, id, worker_id, failure).await;
+            // A lost lease or a bad argument answers that one settlement; any
+            // other error has aborted the transaction.
+            if let Err(e) = &out {
+                if !e.is_lost_lease() && !matches!(e, Error::InvalidArgument(_)) {
+                    return Err(out.unwrap_err());
+                }
+            }
+            outcomes[i] = Some(out);
+        }
+    }
+    Ok(outcomes.into_iter().map(|o| o.expect("every settlement answered")).collect())
 }
 
 async fn fail<S: PgSession + ?Sized>(

@@ -57,12 +57,17 @@ async fn settle_one<E: PgExecutor>(store: &Store<E>, s: &Settlement) -> Result<T
     }
 }
 
-async fn batch_loop<E: PgExecutor>(
+/// Batches in flight at once: while one commits, the next fills.
+const FLUSHES_IN_FLIGHT: usize = 4;
+
+async fn batch_loop<E: PgExecutor + 'static>(
     store: Arc<Store<E>>,
     mut rx: mpsc::UnboundedReceiver<(Settlement, Reply)>,
     max_batch: usize,
     window: Duration,
 ) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(FLUSHES_IN_FLIGHT));
+    let mut flushes = tokio::task::JoinSet::new();
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         let deadline = tokio::time::Instant::now() + window;
@@ -72,8 +77,15 @@ async fn batch_loop<E: PgExecutor>(
                 Ok(None) | Err(_) => break,
             }
         }
-        flush(&store, batch).await;
+        let permit = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
+        let store = store.clone();
+        flushes.spawn(async move {
+            flush(&store, batch).await;
+            drop(permit);
+        });
+        while flushes.try_join_next().is_some() {}
     }
+    while flushes.join_next().await.is_some() {}
 }
 
 async fn flush<E: PgExecutor>(store: &Store<E>, batch: Vec<(Settlement, Reply)>) {

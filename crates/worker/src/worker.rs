@@ -22,6 +22,10 @@ use crate::error::{envelope, TaskError};
 use crate::handler::{Handler, Outcome, Typed};
 use crate::settle::Settler;
 
+/// How long the claim loop waits for more free slots before it claims for
+/// the few that are free.
+const CLAIM_GATHER: Duration = Duration::from_millis(10);
+
 /// A failure the worker survived (a claim, heartbeat or settlement that
 /// failed), passed to the error hook.
 #[derive(Debug)]
@@ -368,7 +372,15 @@ async fn claim_loop<E: PgExecutor + 'static>(
             return;
         }
         while runs.try_join_next().is_some() {}
-        let free = shared.concurrency.saturating_sub(shared.running_count());
+        let running = shared.running_count();
+        let mut free = shared.concurrency.saturating_sub(running);
+        // Claim in batches: with a few slots free while others run, wait a
+        // moment for more to free up, so one claim transaction fills many.
+        let batch = (shared.concurrency / 4).max(1);
+        if free > 0 && free < batch && running > 0 {
+            let _ = tokio::time::timeout(CLAIM_GATHER, shared.slot_freed.notified()).await;
+            free = shared.concurrency.saturating_sub(shared.running_count());
+        }
         if free > 0 {
             match shared.store.claim(&request.clone().limit(free as i64)).await {
                 Ok(tasks) => {

@@ -1,0 +1,22 @@
+-- params: results jsonb, ids text[], worker_id text
+-- waymark addition: `complete` for many tasks of one worker in one
+-- statement. results is a JSON object from task id to that task's result.
+-- Each row is ownership-checked exactly as `complete` checks it, and takes
+-- the same branch (a requested cancel wins); an id missing from the rows
+-- returned lost its lease.
+with clock as (
+    select (extract(epoch from now()) * 1000)::bigint as now_ms
+)
+update cairnq_tasks as t
+   set status = case when t.cancel_requested_at_ms is null then 'succeeded' else 'canceled' end,
+       result = case when t.cancel_requested_at_ms is null then :results -> t.id else t.result end,
+       progress = case when t.cancel_requested_at_ms is null then 1.0 else t.progress end,
+       lease_until_ms = null,
+       completed_at_ms = clock.now_ms,
+       updated_at_ms = clock.now_ms
+  from clock
+ where t.id = any(:ids)
+   and t.status = 'running'
+   and t.worker_id = :worker_id
+   and t.lease_until_ms > clock.now_ms
+returning t.*
