@@ -63,7 +63,3 @@ pub use stats::PoolStats;
 pub use tls::SslMode;
 pub use transaction::PoolTransaction;
 
-// Compiles the README's example as a doc test, so it cannot rot.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;

@@ -72,3 +72,8 @@ pub async fn connect(url: &str) -> Result<Store<PgPool>, ConnectError> {
     let pool = PgPool::builder(url).build().map_err(ConnectError::Pool)?;
     Store::connect(pool, ConnectOptions::default()).await.map_err(ConnectError::Store)
 }
+
+// Compiles the README's examples as doc tests, so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
