@@ -34,6 +34,7 @@ macro_rules! store_contract {
             migrate_is_idempotent,
             settle_batch_answers_each_settlement_on_its_own,
             release_gives_a_task_back_without_spending_its_attempt,
+            submit_batch_inserts_many_in_order,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
@@ -505,4 +506,39 @@ pub async fn release_gives_a_task_back_without_spending_its_attempt<E: PgExecuto
     assert_eq!(canceled.status, TaskStatus::Canceled);
     let again = store.claim(&claim("w2")).await.expect("claim again at once");
     assert_eq!((again.len(), again[0].id.as_str(), again[0].attempt), (1, a.id.as_str(), 1));
+}
+
+/// A batched submit: one statement, the tasks back in the order given, each
+/// with every field a single submit sets; keyed tasks are refused.
+pub async fn submit_batch_inserts_many_in_order<E: PgExecutor>(store: &Store<E>) {
+    let batch: Vec<NewTask> = (0..300)
+        .map(|i| {
+            NewTask::new("batch", json!({ "i": i })).queue("bq").priority(i % 3).metadata(json!({"m": i}))
+        })
+        .collect();
+    let made = store.submit_batch(&batch).await.expect("batch");
+    assert_eq!(made.len(), 300);
+    for (i, t) in made.iter().enumerate() {
+        assert_eq!(t.payload, json!({ "i": i }), "in the order given");
+        assert_eq!((t.status, t.attempt, t.priority), (TaskStatus::Queued, 0, i as i32 % 3));
+        assert_eq!(t.root_id.as_deref(), Some(t.id.as_str()));
+        assert_eq!(t.metadata, json!({"m": i}));
+    }
+    assert_eq!(store.stats(Some("bq")).await.expect("stats")["bq"].queued, 300);
+    assert!(store.submit_batch(&[]).await.expect("empty").is_empty());
+    let keyed = vec![NewTask::new("batch", json!({})), NewTask::new("batch", json!({})).key("k")];
+    match store.submit_batch(&keyed).await {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("task 1") && why.contains("key"), "{why}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    let bad = vec![NewTask::new("", json!({}))];
+    match store.submit_batch(&bad).await {
+        Err(Error::InvalidArgument(why)) => assert!(why.starts_with("task 0 of the batch"), "{why}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    assert_eq!(
+        store.stats(Some("bq")).await.expect("stats")["bq"].queued,
+        300,
+        "refused batches wrote nothing"
+    );
 }

@@ -128,6 +128,7 @@ catalogue! {
     ProtocolVersion => "protocol_version",
     Installations => "installations",
     InsertTask => "insert_task",
+    InsertTaskBatch => "insert_task_batch",
     LockKey => "lock_key",
     GetKey => "get_key",
     UpsertKey => "upsert_key",

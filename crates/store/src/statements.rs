@@ -79,6 +79,7 @@ pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {
             | QueueDepth
             | ClaimableProbe
             | InsertTask
+            | InsertTaskBatch
             | Heartbeat
             | HeartbeatBatch
             | Progress

@@ -179,6 +179,42 @@ impl<E: PgExecutor> Store<E> {
         finish(tx, out, "submit").await
     }
 
+    /// Submits many tasks in one statement and one commit, in the order
+    /// given. Keyed tasks are refused (each key needs its own lock and
+    /// check: submit those one by one). At most 10,000 tasks per call.
+    pub async fn submit_batch(&self, tasks: &[NewTask]) -> Result<Vec<Task>> {
+        let (ids, rows) = batch_rows(tasks)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let found = match self.insert_batch(&mut Autocommit(&self.exec), rows).await {
+            // Resent after its commit (see `submit`): every row is there.
+            Err(e) if e.sqlstate() == Some("23505") => {
+                let mut found = Vec::with_capacity(ids.len());
+                for id in &ids {
+                    found.push(self.fetch(id).await?);
+                }
+                found
+            }
+            other => other?,
+        };
+        order_by_ids(found, &ids)
+    }
+
+    /// [`Store::submit_batch`] inside the caller's transaction.
+    pub async fn submit_batch_in(&self, tx: &mut E::Transaction, tasks: &[NewTask]) -> Result<Vec<Task>> {
+        let (ids, rows) = batch_rows(tasks)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let found = self.insert_batch(tx, rows).await?;
+        order_by_ids(found, &ids)
+    }
+
+    async fn insert_batch<S: PgSession + ?Sized>(&self, s: &mut S, rows: Json) -> Result<Vec<Task>> {
+        tasks(s, Statement::InsertTaskBatch, vec![("tasks", Value::Jsonb(rows))]).await
+    }
+
     /// Submits a task inside the caller's transaction: it exists only if the
     /// caller commits.
     pub async fn submit_in(&self, tx: &mut E::Transaction, task: NewTask) -> Result<Task> {
@@ -625,6 +661,56 @@ async fn insert<S: PgSession + ?Sized>(s: &mut S, t: &NewTask, id: &str) -> Resu
     task_opt(s, Statement::InsertTask, binds)
         .await?
         .ok_or_else(|| Error::Decode("insert_task returned no row".to_owned()))
+}
+
+/// Most tasks in one batched submit.
+const MAX_BATCH: usize = 10_000;
+
+/// Validates a batch and makes its ids and its JSON rows.
+fn batch_rows(tasks: &[NewTask]) -> Result<(Vec<String>, Json)> {
+    if tasks.len() > MAX_BATCH {
+        return Err(Error::invalid(format!("a batch holds at most {MAX_BATCH} tasks, got {}", tasks.len())));
+    }
+    let mut ids = Vec::with_capacity(tasks.len());
+    let mut rows = Vec::with_capacity(tasks.len());
+    for (i, t) in tasks.iter().enumerate() {
+        t.validate().map_err(|e| match e {
+            Error::InvalidArgument(why) => Error::invalid(format!("task {i} of the batch: {why}")),
+            other => other,
+        })?;
+        if t.key.is_some() {
+            return Err(Error::invalid(format!(
+                "task {i} of the batch has a key; keyed tasks are submitted one by one"
+            )));
+        }
+        let id = new_task_id();
+        rows.push(serde_json::json!({
+            "id": id,
+            "name": t.name,
+            "queue": t.queue,
+            "payload": t.payload,
+            "metadata": t.metadata,
+            "max_attempts": t.max_attempts,
+            "priority": t.priority,
+            "delay_ms": t.delay_ms,
+            "parent_id": t.parent_id,
+            "root_id": t.root_id.clone().unwrap_or_else(|| id.clone()),
+            "correlation_id": t.correlation_id,
+        }));
+        ids.push(id);
+    }
+    Ok((ids, Json::Array(rows)))
+}
+
+/// Puts the rows of a batch back in the order of its ids.
+fn order_by_ids(found: Vec<Task>, ids: &[String]) -> Result<Vec<Task>> {
+    let mut by_id: std::collections::HashMap<String, Task> =
+        found.into_iter().map(|t| (t.id.clone(), t)).collect();
+    ids.iter()
+        .map(|id| {
+            by_id.remove(id).ok_or_else(|| Error::Decode(format!("batched submit did not return {id}")))
+        })
+        .collect()
 }
 
 async fn submit_keyed<S: PgSession + ?Sized>(s: &mut S, t: &NewTask) -> Result<Task> {
