@@ -21,7 +21,9 @@ commands:
           then run every test, conformance scenarios and cairnq interop included
   demo    find or start PostgreSQL, migrate, submit a few thousand tasks and
           process them with visible progress
-  bench [binding]
+  bench [all|binding]
+          all (default): enqueue, drain, latency and mixed scenarios, waymark
+          beside a raw-SQL baseline in the same run (built in release mode);
           binding: protocol statements bound with query_typed against
           prepared once per connection, side by side";
 
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
         Some("migrate") => runtime().block_on(migrate::run(&args[1..])),
         Some("test") => test::run(&args[1..]),
         Some("demo") => runtime().block_on(demo::run(&args[1..])),
+        Some("bench") if cfg!(debug_assertions) => in_release(&args),
         Some("bench") => runtime().block_on(bench::run(&args[1..])),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
@@ -45,6 +48,22 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Measures are taken on an optimised build: re-runs itself with --release.
+fn in_release(args: &[String]) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = std::process::Command::new(cargo)
+        .args(["run", "--quiet", "--release", "--package", "xtask", "--"])
+        .args(args)
+        .current_dir(workspace_root())
+        .status()
+        .map_err(|e| format!("running the release build: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("the release bench failed ({status})"))
     }
 }
 

@@ -1,6 +1,4 @@
-//! `cargo xtask bench [binding]`: the project's own measurements.
-//!
-//! `binding` answers one design question of the pool: bind every statement
+//! `cargo xtask bench binding` answers one design question of the pool: bind every statement
 //! in one round trip with `query_typed` (an unnamed statement, parsed and
 //! planned per call, safe behind a pooler in transaction mode), or prepare
 //! each statement once per connection and reuse it (parse and plan once).
@@ -19,13 +17,6 @@ use waymark_store::{new_task_id, Value};
 
 const ROUNDS: usize = 6;
 const CALLS_PER_ROUND: usize = 500;
-
-pub async fn run(args: &[String]) -> Result<(), String> {
-    match args.first().map(String::as_str) {
-        None | Some("binding") => binding().await,
-        Some(other) => Err(format!("bench: unknown scenario {other:?} (known: binding)")),
-    }
-}
 
 /// A statement as the store sends it: `$n` text, slot types, and a way to
 /// make one call's parameters in slot order.
@@ -65,7 +56,7 @@ fn case(
     })
 }
 
-async fn binding() -> Result<(), String> {
+pub async fn binding() -> Result<(), String> {
     let server = crate::demo::find_postgres().await?;
     let url = crate::demo::fresh_database(&server, "waymark_bench_binding").await?;
     let store = waymark_store::Store::connect(
