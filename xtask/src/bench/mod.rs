@@ -8,6 +8,7 @@
 
 mod baseline;
 mod binding;
+mod chart;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -239,6 +240,7 @@ fn worker(
 
 async fn drain(server: &str) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
+    let mut tried = Vec::new();
     let mut best: Option<Row> = None;
     for (concurrency, settle) in [(128, 128), (512, 256), (1024, 512)] {
         let (_url, store) = fresh(server, "waymark_bench_drain").await?;
@@ -267,6 +269,7 @@ async fn drain(server: &str) -> Result<Vec<Row>, String> {
             cpu: Some(cpu),
         };
         println!("drain: waymark {} -> {:.0} tasks/s, {cpu:.2} cores", r.detail, r.tasks_per_s);
+        tried.push((format!("{concurrency} ({settle})"), r.tasks_per_s));
         if best.as_ref().is_none_or(|b| b.tasks_per_s < r.tasks_per_s) {
             best = Some(r);
         }
@@ -286,6 +289,12 @@ async fn drain(server: &str) -> Result<Vec<Row>, String> {
         latency: None,
         cpu: Some((cpu_seconds() - cpu0) / took.as_secs_f64()),
     });
+    let dir = crate::workspace_root().join("target/waymark-bench");
+    let svg = dir.join("drain.svg");
+    std::fs::create_dir_all(&dir)
+        .and_then(|_| std::fs::write(&svg, chart::drain_svg(&tried, rate(TASKS, took))))
+        .map_err(|e| format!("writing {}: {e}", svg.display()))?;
+    println!("drain: chart written to {}", svg.display());
     Ok(rows)
 }
 
