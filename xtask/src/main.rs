@@ -21,7 +21,7 @@ commands:
           then run every test, conformance scenarios and cairnq interop included
   demo    find or start PostgreSQL, migrate, submit a few thousand tasks and
           process them with visible progress
-  bench [all|binding]
+  bench [all|enqueue|drain|latency|mixed|binding]
           all (default): enqueue, drain, latency and mixed scenarios, waymark
           beside a raw-SQL baseline in the same run (built in release mode);
           binding: protocol statements bound with query_typed against

@@ -26,6 +26,10 @@ use crate::settle::Settler;
 /// the few that are free.
 const CLAIM_GATHER: Duration = Duration::from_millis(10);
 
+/// Claim transactions under way at once: while one commits, the next
+/// draws.
+const CLAIMS_IN_FLIGHT: usize = 2;
+
 /// A failure the worker survived (a claim, heartbeat or settlement that
 /// failed), passed to the error hook.
 #[derive(Debug)]
@@ -365,42 +369,72 @@ async fn claim_loop<E: PgExecutor + 'static>(
     let request = ClaimRequest::new(shared.worker_id.to_string(), shared.queues.iter().cloned())
         .names(names)
         .lease_ms(shared.lease_ms);
+    // Claims under way, each with the slots it asked for.
+    let mut claims: JoinSet<(usize, Result<Vec<Task>, Error>)> = JoinSet::new();
+    let mut reserved = 0usize;
+    // Set when a claim came back short: wait for a wakeup before the next.
+    let mut dry = false;
     // The watch's first answer is "read now".
     let _ = watch.next().await;
     loop {
+        while runs.try_join_next().is_some() {}
         if *stop.borrow() {
+            // Claimed tasks are ours: run them, so shutdown settles or
+            // gives them back like the rest.
+            while let Some(Ok((_, out))) = claims.join_next().await {
+                start_all(shared, settler, runs, out);
+            }
             return;
         }
-        while runs.try_join_next().is_some() {}
         let running = shared.running_count();
-        let mut free = shared.concurrency.saturating_sub(running);
+        let mut free = shared.concurrency.saturating_sub(running + reserved);
         // Claim in batches: with a few slots free while others run, wait a
         // moment for more to free up, so one claim transaction fills many.
         let batch = (shared.concurrency / 4).max(1);
-        if free > 0 && free < batch && running > 0 {
-            let _ = tokio::time::timeout(CLAIM_GATHER, shared.slot_freed.notified()).await;
-            free = shared.concurrency.saturating_sub(shared.running_count());
-        }
-        if free > 0 {
-            match shared.store.claim(&request.clone().limit(free as i64)).await {
-                Ok(tasks) => {
-                    let full = tasks.len() == free;
-                    for task in tasks {
-                        start_run(shared, settler, runs, task);
-                    }
-                    if full {
-                        continue; // there may be more
-                    }
-                }
-                Err(e) => shared.report("claim", e),
+        if !dry && free > 0 && free < batch && running + reserved > 0 && claims.len() < CLAIMS_IN_FLIGHT {
+            let deadline = tokio::time::Instant::now() + CLAIM_GATHER;
+            while free < batch
+                && tokio::time::timeout_at(deadline, shared.slot_freed.notified()).await.is_ok()
+            {
+                free = shared.concurrency.saturating_sub(shared.running_count() + reserved);
             }
+            free = shared.concurrency.saturating_sub(shared.running_count() + reserved);
         }
-        let slots_full = shared.concurrency <= shared.running_count();
+        if !dry && free > 0 && claims.len() < CLAIMS_IN_FLIGHT {
+            let (store, req) = (shared.store.clone(), request.clone().limit(free as i64));
+            reserved += free;
+            claims.spawn(async move { (free, store.claim(&req).await) });
+            continue;
+        }
+        let slots_full = shared.concurrency <= shared.running_count() + reserved;
         tokio::select! {
             _ = stop.changed() => {}
+            Some(done) = claims.join_next(), if !claims.is_empty() => {
+                if let Ok((asked, out)) = done {
+                    reserved -= asked;
+                    dry = !matches!(&out, Ok(tasks) if tasks.len() == asked);
+                    start_all(shared, settler, runs, out);
+                }
+            }
             _ = shared.slot_freed.notified(), if slots_full => {}
-            _ = wakeup(&mut watch), if !slots_full => {}
+            _ = wakeup(&mut watch), if !slots_full => dry = false,
         }
+    }
+}
+
+fn start_all<E: PgExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    settler: &Settler,
+    runs: &mut JoinSet<()>,
+    claimed: Result<Vec<Task>, Error>,
+) {
+    match claimed {
+        Ok(tasks) => {
+            for task in tasks {
+                start_run(shared, settler, runs, task);
+            }
+        }
+        Err(e) => shared.report("claim", e),
     }
 }
 

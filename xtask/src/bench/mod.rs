@@ -27,8 +27,11 @@ const MIXED_FOR: Duration = Duration::from_secs(8);
 pub async fn run(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
         Some("binding") => binding::binding().await,
-        None | Some("all") => all().await,
-        Some(other) => Err(format!("bench: unknown scenario {other:?} (known: all, binding)")),
+        None | Some("all") => all(&SCENARIOS).await,
+        Some(one) if SCENARIOS.contains(&one) => all(&[one]).await,
+        Some(other) => {
+            Err(format!("bench: unknown scenario {other:?} (known: all, binding, {})", SCENARIOS.join(", ")))
+        }
     }
 }
 
@@ -43,19 +46,29 @@ struct Row {
     cpu: Option<f64>,
 }
 
-async fn all() -> Result<(), String> {
+const SCENARIOS: [&str; 4] = ["enqueue", "drain", "latency", "mixed"];
+
+async fn all(which: &[&str]) -> Result<(), String> {
     let server = crate::demo::find_postgres().await?;
     let admin = waymark_tests::db::admin_client(&server).await;
     let sync: String =
         admin.query_one("show synchronous_commit", &[]).await.map_err(|e| e.to_string())?.get(0);
     println!("bench: synchronous_commit = {sync}; each scenario on a fresh database");
     let mut rows = Vec::new();
-    rows.extend(enqueue_single(&server, 1).await?);
-    rows.extend(enqueue_single(&server, 16).await?);
-    rows.extend(enqueue_batch(&server).await?);
-    rows.extend(drain(&server).await?);
-    rows.extend(latency(&server).await?);
-    rows.extend(mixed(&server).await?);
+    if which.contains(&"enqueue") {
+        rows.extend(enqueue_single(&server, 1).await?);
+        rows.extend(enqueue_single(&server, 16).await?);
+        rows.extend(enqueue_batch(&server).await?);
+    }
+    if which.contains(&"drain") {
+        rows.extend(drain(&server).await?);
+    }
+    if which.contains(&"latency") {
+        rows.extend(latency(&server).await?);
+    }
+    if which.contains(&"mixed") {
+        rows.extend(mixed(&server).await?);
+    }
     report(&rows);
     Ok(())
 }
