@@ -45,3 +45,43 @@ async fn conformance_scenarios_pass_through_pgbouncer_in_transaction_mode() {
     println!("{} passed, {} failed", scenarios.len() - failures.len(), failures.len());
     assert!(failures.is_empty(), "failed through pgbouncer: {failures:?}");
 }
+
+/// Through PgBouncer in transaction mode the hub's probe never comes back:
+/// the store does not listen, and waits still finish by polling, within the
+/// backstop's bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_through_pgbouncer_finish_by_polling() {
+    use std::time::{Duration, Instant};
+    use waymark_store::{ClaimRequest, NewTask, TaskStatus};
+
+    let (host, port) = host_and_port(&server_url());
+    let bouncer = tokio::task::spawn_blocking(move || {
+        PgBouncer::builder().default_pool_size(4).start(&host, port, "transaction")
+    })
+    .await
+    .expect("pgbouncer");
+    let db = TestDatabase::new().await;
+    let pool = PgPool::builder(bouncer.url(&db.name)).max_size(4).build().expect("pool");
+    let store = std::sync::Arc::new(Store::connect(pool, ConnectOptions::default()).await.expect("connect"));
+    for i in 0..5 {
+        let task =
+            store.submit(NewTask::new("bounced", serde_json::json!({ "i": i }))).await.expect("submit");
+        store.claim(&ClaimRequest::new("w", ["default"]).limit(1)).await.expect("claim");
+        let waiter = {
+            let (store, id) = (store.clone(), task.id.clone());
+            tokio::spawn(async move {
+                store.wait(&id, Duration::from_secs(20)).await.map(|t| (Instant::now(), t))
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        store.complete(&task.id, "w", serde_json::json!(i)).await.expect("complete");
+        let committed = Instant::now();
+        let (returned, done) = waiter.await.expect("waiter").expect("wait");
+        assert_eq!(done.status, TaskStatus::Succeeded);
+        let late = returned.saturating_duration_since(committed);
+        assert!(late < Duration::from_millis(700), "round {i}: {late:?}, past the 500 ms backstop");
+    }
+    assert!(!store.is_listening(), "no LISTEN through a transaction-mode pooler");
+    drop(store);
+    db.drop().await;
+}

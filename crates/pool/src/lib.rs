@@ -50,6 +50,7 @@ mod breaker;
 pub mod codec;
 mod config;
 mod conninfo;
+mod listen;
 mod manager;
 mod pool;
 mod stats;
@@ -62,4 +63,3 @@ pub use pool::PgPool;
 pub use stats::PoolStats;
 pub use tls::SslMode;
 pub use transaction::PoolTransaction;
-

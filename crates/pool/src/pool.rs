@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bb8::{ManageConnection, RunError};
 use rand::Rng;
-use waymark_store::{ExecError, ExecErrorKind, Lane, PgExecutor, Row, Sql, Value};
+use waymark_store::{ExecError, ExecErrorKind, Lane, NotificationStream, PgExecutor, Row, Sql, Value};
 
 use crate::admission::{Gate, Permit, Refusal};
 use crate::breaker::{Breaker, Pass};
@@ -45,8 +45,8 @@ struct Inner {
     cancel_tls: tokio_postgres_rustls::MakeRustlsConnect,
     ssl_mode: SslMode,
     listen_url: String,
-    #[allow(dead_code)] // read by the LISTEN hub
-    listen: Endpoint,
+    /// Opens the LISTEN hub's direct sessions, with the pool's TLS.
+    listen: waymark_notify::Connector,
 }
 
 impl std::fmt::Debug for PgPool {
@@ -150,7 +150,7 @@ impl PgPool {
                 backoff_max: b.backoff_max,
                 schema: b.schema,
                 listen_url,
-                listen,
+                listen: waymark_notify::Connector::new(listen.config, listen.tls),
             }),
         }
     }
@@ -430,6 +430,12 @@ impl PgExecutor for PgPool {
 
     async fn begin(&self) -> Result<PoolTransaction, ExecError> {
         self.begin_in_lane(Lane::Ordinary).await
+    }
+
+    /// LISTEN through the process's hub for the pool's session URL
+    /// ([`PgPoolBuilder::listen_url`](crate::PgPoolBuilder::listen_url)).
+    async fn listen(&self, channels: &[&str]) -> Result<Option<NotificationStream>, ExecError> {
+        crate::listen::listen(&self.inner.listen, channels)
     }
 
     async fn begin_in_lane(&self, lane: Lane) -> Result<PoolTransaction, ExecError> {

@@ -40,6 +40,9 @@ pub enum Signal {
 struct State {
     /// Whether a stream is being consumed now.
     listening: bool,
+    /// Whether that stream has said it delivers (its first "may have
+    /// missed" marks listening begun).
+    live: bool,
     /// When the store last asked the executor to listen.
     last_attempt: Option<Instant>,
     /// Per task id: a counter bumped on each done signal.
@@ -54,11 +57,22 @@ pub(crate) struct Signals {
     everyone: watch::Sender<u64>,
     /// Every signal, for watchers.
     events: broadcast::Sender<Signal>,
+    /// Bounds the waits' probes in flight, so thousands of waiters queue
+    /// here rather than crowding the executor's callers (claims, settles).
+    pub(crate) probes: tokio::sync::Semaphore,
 }
+
+/// Wait probes in flight at once, per store.
+const PROBES_IN_FLIGHT: usize = 2;
 
 impl Default for Signals {
     fn default() -> Self {
-        Signals { state: Mutex::default(), everyone: watch::channel(0).0, events: broadcast::channel(4096).0 }
+        Signals {
+            state: Mutex::default(),
+            everyone: watch::channel(0).0,
+            events: broadcast::channel(4096).0,
+            probes: tokio::sync::Semaphore::new(PROBES_IN_FLIGHT),
+        }
     }
 }
 
@@ -88,9 +102,9 @@ impl Signals {
         }
     }
 
-    /// Whether a LISTEN stream is being consumed.
+    /// Whether a LISTEN stream is being consumed and has begun delivering.
     pub(crate) fn is_listening(&self) -> bool {
-        self.state.lock().expect("signals lock").listening
+        self.state.lock().expect("signals lock").live
     }
 
     /// Registers for the done signal of `task_id`. Register before reading
@@ -123,7 +137,10 @@ impl Signals {
                 let _ = self.events.send(Signal::Queued(n.payload));
             }
             ListenEvent::Notification(_) => {}
-            ListenEvent::MayHaveMissed => self.wake_everyone(),
+            ListenEvent::MayHaveMissed => {
+                self.state.lock().expect("signals lock").live = true;
+                self.wake_everyone();
+            }
         }
     }
 
@@ -140,7 +157,11 @@ async fn consume(signals: Weak<Signals>, mut stream: NotificationStream) {
         s.dispatch(event);
     }
     if let Some(s) = signals.upgrade() {
-        s.state.lock().expect("signals lock").listening = false;
+        {
+            let mut st = s.state.lock().expect("signals lock");
+            st.listening = false;
+            st.live = false;
+        }
         tracing::debug!("the listen stream ended; waits poll until it comes back");
         s.wake_everyone();
     }

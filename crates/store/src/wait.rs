@@ -26,6 +26,23 @@ fn grow(current: Duration) -> Duration {
     (current * 3 / 2).min(MAX_BACKSTOP)
 }
 
+/// A probe that failed for a passing reason (the pool saturated, its
+/// breaker open, a lost connection, a timeout) is retried on the next
+/// backstop rather than failing the wait: `Ok(None)`. Anything else fails it.
+fn transient<T>(probe: Result<T>) -> Result<Option<T>> {
+    use crate::executor::ExecErrorKind::*;
+    match probe {
+        Ok(v) => Ok(Some(v)),
+        Err(e)
+            if matches!(e.exec_kind(), Some(Saturated | CircuitOpen | Connection | Timeout | Capacity)) =>
+        {
+            tracing::debug!(error = %e, "wait probe failed; trying again on the backstop");
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 impl<E: PgExecutor> Store<E> {
     /// Waits until task `id` is terminal and returns it, whatever its end
     /// (succeeded, failed or canceled). Past `timeout` it fails with
@@ -37,10 +54,14 @@ impl<E: PgExecutor> Store<E> {
         self.signals.ensure_listening(self.executor()).await;
         let mut backstop = FIRST_BACKSTOP;
         loop {
-            match self.get_status(id).await? {
-                None => return Err(Error::NotFound { what: format!("task {id}") }),
-                Some(state) if state.status.is_terminal() => return self.fetch(id).await,
-                Some(_) => {}
+            let probe = {
+                let _turn = self.signals.probes.acquire().await.expect("the probe semaphore is never closed");
+                self.get_status(id).await
+            };
+            match transient(probe)? {
+                Some(None) => return Err(Error::NotFound { what: format!("task {id}") }),
+                Some(Some(state)) if state.status.is_terminal() => return self.fetch(id).await,
+                _ => {}
             }
             let left = timeout.saturating_sub(started.elapsed());
             if left.is_zero() {
@@ -60,8 +81,26 @@ impl<E: PgExecutor> Store<E> {
         let mut subscription = None;
         let mut backstop = FIRST_BACKSTOP;
         loop {
-            let Some(state) = self.get_status_by_key(key).await? else {
-                return Err(Error::NotFound { what: format!("key {key:?}") });
+            let probe = {
+                let _turn = self.signals.probes.acquire().await.expect("the probe semaphore is never closed");
+                transient(self.get_status_by_key(key).await)?
+            };
+            let state = match probe {
+                Some(Some(state)) => state,
+                Some(None) => return Err(Error::NotFound { what: format!("key {key:?}") }),
+                None => {
+                    // The probe could not run now: try again on the backstop.
+                    let left = timeout.saturating_sub(started.elapsed());
+                    if left.is_zero() {
+                        return Err(Error::TaskTimeout {
+                            task_id: format!("key {key:?}"),
+                            waited: started.elapsed(),
+                        });
+                    }
+                    tokio::time::sleep(backstop.min(left)).await;
+                    backstop = grow(backstop);
+                    continue;
+                }
             };
             // Register for the task the key names now; if that changed, the
             // read below is the re-read that a registration must precede.

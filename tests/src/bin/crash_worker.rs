@@ -1,6 +1,6 @@
 //! A worker process for the crash test: it runs `crash.sleep` tasks (each
 //! records its run in a table first, then sleeps) until it is killed.
-//! Usage: crash_worker <url> <schema> <worker_id>
+//! Usage: `crash_worker URL SCHEMA WORKER_ID`
 
 use std::time::Duration;
 

@@ -1,0 +1,409 @@
+//! A hub: one direct listener session for one connector and one set of
+//! channels, kept alive by a task, shared by any number of subscribers.
+//!
+//! ```text
+//!            +-------------------------------------------+
+//!            v                                           |
+//! spawn -> Connecting --LISTEN, probe ok--> Listening --lost--> Down --backoff--+
+//!            |   |  \                                     ^                      |
+//!            |   |   +--attempt failed--------------------+                      |
+//!            |   +--leader lock taken--> Standby --standby_retry--> Connecting <-+
+//!            +--probe did not come back--> Unavailable (the task ends)
+//! close, or the last handle gone --> Closed (the task ends)
+//! ```
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use tokio::sync::{broadcast, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::backoff::Backoff;
+use crate::channel::validate_all;
+use crate::connector::Connector;
+use crate::error::HubError;
+use crate::options::HubOptions;
+use crate::session::{self, Listener, Opened, SessionError};
+use crate::subscription::{Event, Subscription};
+
+/// Where a hub is; read it from [`Hub::state`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HubState {
+    /// Opening a session, taking the lock, listening, probing.
+    Connecting,
+    /// Listening: notifications are delivered.
+    Listening,
+    /// Another session holds the leader lock; this hub tries again every
+    /// [`standby_retry`](HubOptions::standby_retry), holding no connection
+    /// meanwhile.
+    Standby,
+    /// Between two connection attempts.
+    Down {
+        /// Why the last attempt failed or the session was lost.
+        reason: String,
+    },
+    /// The path cannot deliver notifications (ListenUnavailable: the probe
+    /// did not come back, as behind a transaction-mode pooler). Terminal:
+    /// the hub does not retry; callers poll.
+    Unavailable {
+        /// What happened, and how to fix it.
+        reason: String,
+    },
+    /// Closed on request, or because every handle was dropped. Terminal.
+    Closed,
+}
+
+impl HubState {
+    /// Whether the hub is done for good ([`Unavailable`](Self::Unavailable)
+    /// or [`Closed`](Self::Closed)).
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, HubState::Unavailable { .. } | HubState::Closed)
+    }
+}
+
+/// Counters of one hub since it started, for tests and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HubStats {
+    /// Sessions opened or tried.
+    pub connect_attempts: u64,
+    /// Attempts that failed before listening.
+    pub failed_attempts: u64,
+    /// Of those, failures because the server was full.
+    pub capacity_errors: u64,
+    /// Times the hub reached [`HubState::Listening`].
+    pub listens: u64,
+    /// Listening sessions that were lost.
+    pub disconnects: u64,
+    /// Times the leader lock was held by another session.
+    pub standbys: u64,
+    /// Notifications passed to subscribers (not counting probes).
+    pub notifications: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    connect_attempts: AtomicU64,
+    failed_attempts: AtomicU64,
+    capacity_errors: AtomicU64,
+    listens: AtomicU64,
+    disconnects: AtomicU64,
+    standbys: AtomicU64,
+    notifications: AtomicU64,
+}
+
+impl Counters {
+    fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> HubStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        HubStats {
+            connect_attempts: get(&self.connect_attempts),
+            failed_attempts: get(&self.failed_attempts),
+            capacity_errors: get(&self.capacity_errors),
+            listens: get(&self.listens),
+            disconnects: get(&self.disconnects),
+            standbys: get(&self.standbys),
+            notifications: get(&self.notifications),
+        }
+    }
+}
+
+static NEXT_HUB_ID: AtomicU64 = AtomicU64::new(1);
+
+/// What every handle of one hub shares. When the last one goes, so does the
+/// shutdown sender, and the task ends.
+struct Shared {
+    id: u64,
+    label: String,
+    channels: Vec<String>,
+    shutdown: watch::Sender<bool>,
+    state: watch::Receiver<HubState>,
+    events: broadcast::WeakSender<Event>,
+    counters: Arc<Counters>,
+}
+
+/// A handle to a hub; clones share it. The hub closes when
+/// [`close`](Self::close) is called or when its last handle and last
+/// [`Subscription`] are dropped.
+#[derive(Clone)]
+pub struct Hub {
+    shared: Arc<Shared>,
+}
+
+impl Hub {
+    /// Starts a hub on `channels` (at least one; the first carries the
+    /// probe) as a task of the current tokio runtime. It connects in the
+    /// background: watch [`state`](Self::state).
+    pub fn spawn<I, S>(connector: Connector, channels: I, options: HubOptions) -> Result<Hub, HubError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let channels = validate_all(channels)?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| HubError::NoRuntime)?;
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (state_tx, state_rx) = watch::channel(HubState::Connecting);
+        let (events_tx, _) = broadcast::channel(options.event_buffer);
+        let counters = Arc::new(Counters::default());
+        let shared = Arc::new(Shared {
+            id: NEXT_HUB_ID.fetch_add(1, Ordering::Relaxed),
+            label: connector.label().to_owned(),
+            channels: channels.clone(),
+            shutdown: shutdown_tx,
+            state: state_rx,
+            events: events_tx.downgrade(),
+            counters: counters.clone(),
+        });
+        let task = Task {
+            label: shared.label.clone(),
+            connector,
+            channels,
+            options,
+            state: state_tx,
+            events: events_tx,
+            shutdown: shutdown_rx,
+            counters,
+        };
+        runtime.spawn(task.run());
+        Ok(Hub { shared })
+    }
+
+    /// A process-unique id (tests tell hubs apart with it).
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The connector's label: `user@host:port/database`.
+    pub fn label(&self) -> &str {
+        &self.shared.label
+    }
+
+    /// The channels, without repeats, in the order given.
+    pub fn channels(&self) -> &[String] {
+        &self.shared.channels
+    }
+
+    /// A new subscriber: every event from now on. Subscribing to a hub that
+    /// has ended gives a subscription that ends at once.
+    pub fn subscribe(&self) -> Subscription {
+        self.subscribe_for(self.shared.clone())
+    }
+
+    /// A subscription that keeps `owner` alive.
+    pub(crate) fn subscribe_for(&self, owner: Arc<dyn std::any::Any + Send + Sync>) -> Subscription {
+        let events = self.shared.events.upgrade().map(|sender| sender.subscribe());
+        Subscription::new(events, owner)
+    }
+
+    /// The hub's state, to read or to wait on
+    /// ([`watch::Receiver::wait_for`]). Its sender is dropped when the task
+    /// has ended, connection closed.
+    pub fn state(&self) -> watch::Receiver<HubState> {
+        self.shared.state.clone()
+    }
+
+    /// The state now.
+    pub fn current_state(&self) -> HubState {
+        self.shared.state.borrow().clone()
+    }
+
+    /// The hub's counters.
+    pub fn stats(&self) -> HubStats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Asks the hub to close: its task ends its session and stops.
+    /// Subscriptions then end. Does not wait; see [`finished`](Self::finished).
+    pub fn close(&self) {
+        self.shared.shutdown.send_replace(true);
+    }
+
+    /// Whether the task has ended (its connection is gone).
+    pub fn is_finished(&self) -> bool {
+        self.shared.state.has_changed().is_err()
+    }
+
+    /// Waits until the task has ended (its connection is gone).
+    pub async fn finished(&self) {
+        let mut state = self.state();
+        while state.changed().await.is_ok() {}
+    }
+}
+
+impl fmt::Debug for Hub {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hub")
+            .field("id", &self.shared.id)
+            .field("label", &self.shared.label)
+            .field("channels", &self.shared.channels)
+            .field("state", &*self.shared.state.borrow())
+            .finish()
+    }
+}
+
+/// How a listening session ended.
+enum Ended {
+    Shutdown,
+    Lost(SessionError),
+}
+
+/// The hub's task: owns the sessions, one at a time.
+struct Task {
+    label: String,
+    connector: Connector,
+    channels: Vec<String>,
+    options: HubOptions,
+    state: watch::Sender<HubState>,
+    events: broadcast::Sender<Event>,
+    shutdown: watch::Receiver<bool>,
+    counters: Arc<Counters>,
+}
+
+impl Task {
+    async fn run(mut self) {
+        let o = &self.options;
+        let mut backoff = Backoff::new(o.backoff_base, o.capacity_backoff_base, o.backoff_max);
+        // The probe came back once: the path delivers, later sessions on it
+        // need no proof (and cost one connection, not two).
+        let mut proven = false;
+        // A LISTEN after this is a re-LISTEN: subscribers may have missed
+        // notifications in between.
+        let mut interrupted = false;
+        loop {
+            self.set(HubState::Connecting);
+            Counters::bump(&self.counters.connect_attempts);
+            let opened = tokio::select! {
+                biased;
+                () = shutdown_requested(&mut self.shutdown) => break,
+                opened = session::open(&self.connector, &self.channels, &self.options, !proven) => opened,
+            };
+            let retry_in = match opened {
+                Ok(Opened::Listening(listener)) => {
+                    proven = true;
+                    backoff.reset();
+                    Counters::bump(&self.counters.listens);
+                    self.set(HubState::Listening);
+                    tracing::info!(hub = %self.label, channels = ?self.channels, "listening");
+                    if interrupted {
+                        let _ = self.events.send(Event::MayHaveMissed);
+                    }
+                    interrupted = true;
+                    match self.listen(*listener).await {
+                        Ended::Shutdown => break,
+                        Ended::Lost(e) => {
+                            Counters::bump(&self.counters.disconnects);
+                            let delay = backoff.next_delay(e.capacity);
+                            tracing::warn!(hub = %self.label, retry_in = ?delay, "listener session lost: {}", e.reason);
+                            self.set(HubState::Down { reason: e.reason });
+                            delay
+                        }
+                    }
+                }
+                Ok(Opened::Standby) => {
+                    Counters::bump(&self.counters.standbys);
+                    interrupted = true;
+                    tracing::debug!(hub = %self.label, "standby: another session holds the leader lock");
+                    self.set(HubState::Standby);
+                    self.options.standby_retry
+                }
+                Ok(Opened::Unavailable(reason)) => {
+                    warn_unavailable(&self.label, &reason);
+                    self.set(HubState::Unavailable { reason });
+                    // Dropping the task's senders ends every subscription.
+                    return;
+                }
+                Err(e) => {
+                    Counters::bump(&self.counters.failed_attempts);
+                    if e.capacity {
+                        Counters::bump(&self.counters.capacity_errors);
+                    }
+                    let delay = backoff.next_delay(e.capacity);
+                    tracing::info!(hub = %self.label, retry_in = ?delay, "listener session: {}", e.reason);
+                    self.set(HubState::Down { reason: e.reason });
+                    delay
+                }
+            };
+            tokio::select! {
+                biased;
+                () = shutdown_requested(&mut self.shutdown) => break,
+                () = tokio::time::sleep(retry_in) => {}
+            }
+        }
+        self.set(HubState::Closed);
+        tracing::debug!(hub = %self.label, "closed");
+    }
+
+    /// Passes notifications on until the session ends or the hub closes.
+    async fn listen(&mut self, mut listener: Listener) -> Ended {
+        let mut health = self.options.health_check_interval.map(|every| {
+            let mut interval = tokio::time::interval_at(Instant::now() + every, every);
+            interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            interval
+        });
+        loop {
+            let health_due = async {
+                match health.as_mut() {
+                    Some(interval) => {
+                        interval.tick().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                () = shutdown_requested(&mut self.shutdown) => {
+                    // Closed for subscribers at once; the task (and with it
+                    // the hub's registry slot) ends once the socket is shut.
+                    self.set(HubState::Closed);
+                    listener.close(self.options.connect_timeout).await;
+                    return Ended::Shutdown;
+                }
+                note = listener.driver.next() => match note {
+                    Ok((channel, payload)) => {
+                        Counters::bump(&self.counters.notifications);
+                        let _ = self.events.send(Event::Notification { channel, payload });
+                    }
+                    Err(e) => return Ended::Lost(e),
+                },
+                () = health_due => {
+                    if let Err(e) = listener.health_check(self.options.connect_timeout).await {
+                        return Ended::Lost(e);
+                    }
+                }
+            }
+        }
+    }
+
+    fn set(&self, state: HubState) {
+        self.state.send_if_modified(|current| {
+            if *current == state {
+                return false;
+            }
+            *current = state;
+            true
+        });
+    }
+}
+
+/// Resolves once a close was asked for or every handle is gone.
+async fn shutdown_requested(shutdown: &mut watch::Receiver<bool>) {
+    // An error means the sender (the last handle) was dropped: close too.
+    let _ = shutdown.wait_for(|closing| *closing).await;
+}
+
+/// Logs a ListenUnavailable at warn level the first time for each label in
+/// this process (a registry may start a new hub for it after an idle
+/// close), at info level after that.
+fn warn_unavailable(label: &str, reason: &str) {
+    static WARNED: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    let first = WARNED.get_or_init(Mutex::default).lock().map(|mut seen| seen.insert(label.to_owned()));
+    if first.unwrap_or(true) {
+        tracing::warn!(hub = %label, "listen unavailable, polling instead: {reason}");
+    } else {
+        tracing::info!(hub = %label, "listen unavailable again, polling instead");
+    }
+}

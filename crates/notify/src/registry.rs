@@ -1,0 +1,334 @@
+//! Hubs leased from a bounded registry: one hub per (connector label,
+//! channel set, leader lock key), shared by reference count, closed after an
+//! idle period, at most `max_hubs` at once.
+//!
+//! Invariants:
+//! - one key has at most one hub that can be leased;
+//! - a hub's slot is taken from its first lease until its task has ended
+//!   (its connection is gone): a hub that is closing still counts, so the
+//!   registry never holds more than `max_hubs` connections;
+//! - the mutex is never held across an await.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::channel::validate_all;
+use crate::connector::Connector;
+use crate::error::{HubError, RegistryError};
+use crate::hub::{Hub, HubState, HubStats};
+use crate::options::HubOptions;
+use crate::subscription::Subscription;
+
+/// Limits of a [`Registry`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegistryOptions {
+    /// Most hubs (so listener connections) at once, counting hubs in use,
+    /// idle ones and ones still closing. Defaults to 8.
+    pub max_hubs: usize,
+    /// How long a hub without leases stays open, so that a caller that
+    /// comes back soon finds it listening. Defaults to 30 s.
+    pub idle_timeout: Duration,
+}
+
+impl Default for RegistryOptions {
+    fn default() -> Self {
+        RegistryOptions { max_hubs: 8, idle_timeout: Duration::from_secs(30) }
+    }
+}
+
+/// Where a registry's slots are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RegistryStats {
+    /// Slots taken: `leased + idle + closing`.
+    pub hubs: usize,
+    /// Hubs with at least one lease.
+    pub leased: usize,
+    /// Hubs without leases, waiting out the idle timeout.
+    pub idle: usize,
+    /// Hubs closed whose task has not ended yet.
+    pub closing: usize,
+    /// The registry's `max_hubs`.
+    pub max_hubs: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct HubKey {
+    label: String,
+    /// Sorted, without repeats.
+    channels: Vec<String>,
+    leader_lock: Option<i64>,
+}
+
+struct Entry {
+    hub: Hub,
+    leases: usize,
+    /// When the last lease went, if none is held now.
+    idle_since: Option<Instant>,
+}
+
+#[derive(Default)]
+struct Slots {
+    hubs: HashMap<HubKey, Entry>,
+    closing: Vec<Hub>,
+}
+
+struct Inner {
+    options: RegistryOptions,
+    slots: Mutex<Slots>,
+}
+
+/// A set of shared hubs; cheap to clone. Most programs use
+/// [`Registry::global`].
+#[derive(Clone)]
+pub struct Registry {
+    inner: Arc<Inner>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new(options: RegistryOptions) -> Registry {
+        Registry { inner: Arc::new(Inner { options, slots: Mutex::default() }) }
+    }
+
+    /// The registry of this process, with the default
+    /// [`RegistryOptions`].
+    pub fn global() -> &'static Registry {
+        static GLOBAL: OnceLock<Registry> = OnceLock::new();
+        GLOBAL.get_or_init(|| Registry::new(RegistryOptions::default()))
+    }
+
+    /// The registry's limits.
+    pub fn options(&self) -> RegistryOptions {
+        self.inner.options
+    }
+
+    /// A lease on the hub for `connector` and `channels` (in any order)
+    /// with `options`' leader lock: the open one if there is one (its other
+    /// options are those of the acquire that started it), else a new one.
+    /// Fails with [`RegistryError::Full`] when every slot is taken; the
+    /// caller then polls, and may try again later.
+    ///
+    /// Must be called inside a tokio runtime, on which a new hub runs.
+    pub fn acquire<I, S>(
+        &self,
+        connector: &Connector,
+        channels: I,
+        options: HubOptions,
+    ) -> Result<HubLease, RegistryError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let given = validate_all(channels)?;
+        let mut sorted = given.clone();
+        sorted.sort();
+        let key = HubKey {
+            label: connector.label().to_owned(),
+            channels: sorted,
+            leader_lock: options.leader_lock,
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(HubError::NoRuntime.into());
+        }
+
+        let mut slots = self.inner.lock();
+        self.inner.sweep(&mut slots);
+        if let Some(entry) = slots.hubs.get_mut(&key) {
+            entry.leases += 1;
+            entry.idle_since = None;
+            let hub = entry.hub.clone();
+            drop(slots);
+            return Ok(self.lease(key, hub));
+        }
+        let max = self.inner.options.max_hubs;
+        if slots.hubs.len() + slots.closing.len() >= max {
+            return Err(RegistryError::Full { max });
+        }
+        let hub = Hub::spawn(connector.clone(), given, options)?;
+        slots.hubs.insert(key.clone(), Entry { hub: hub.clone(), leases: 1, idle_since: None });
+        drop(slots);
+        Ok(self.lease(key, hub))
+    }
+
+    /// Where the slots are.
+    pub fn stats(&self) -> RegistryStats {
+        let mut slots = self.inner.lock();
+        self.inner.sweep(&mut slots);
+        let leased = slots.hubs.values().filter(|e| e.leases > 0).count();
+        let idle = slots.hubs.len() - leased;
+        let closing = slots.closing.len();
+        RegistryStats {
+            hubs: leased + idle + closing,
+            leased,
+            idle,
+            closing,
+            max_hubs: self.inner.options.max_hubs,
+        }
+    }
+
+    /// Slots taken: hubs in use, idle or still closing.
+    pub fn open_hubs(&self) -> usize {
+        self.stats().hubs
+    }
+
+    fn lease(&self, key: HubKey, hub: Hub) -> HubLease {
+        HubLease { inner: Arc::new(LeaseInner { registry: self.inner.clone(), key, hub }) }
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("options", &self.inner.options)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Closes the hubs idle for the whole idle timeout, forgets closing
+    /// hubs whose task has ended, and forgets hubs whose task ended on its
+    /// own without a verdict (their runtime was shut down). An
+    /// [`Unavailable`](HubState::Unavailable) hub stays while leased, so
+    /// that its callers keep polling instead of probing again.
+    fn sweep(&self, slots: &mut Slots) {
+        let now = Instant::now();
+        let idle_timeout = self.options.idle_timeout;
+        let expired: Vec<HubKey> = slots
+            .hubs
+            .iter()
+            .filter(|(_, e)| {
+                let idle_over = e.idle_since.is_some_and(|since| now.duration_since(since) >= idle_timeout);
+                let lost =
+                    e.hub.is_finished() && !matches!(e.hub.current_state(), HubState::Unavailable { .. });
+                idle_over || lost
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in expired {
+            if let Some(entry) = slots.hubs.remove(&key) {
+                entry.hub.close();
+                tracing::debug!(hub = %entry.hub.label(), id = entry.hub.id(), "closing an idle hub");
+                slots.closing.push(entry.hub);
+            }
+        }
+        slots.closing.retain(|hub| !hub.is_finished());
+    }
+
+    /// One lease on `key`'s hub `id` is gone.
+    fn release(self: &Arc<Self>, key: &HubKey, id: u64) {
+        let mut slots = self.lock();
+        let Some(entry) = slots.hubs.get_mut(key).filter(|e| e.hub.id() == id) else { return };
+        entry.leases = entry.leases.saturating_sub(1);
+        if entry.leases > 0 {
+            return;
+        }
+        let since = Instant::now();
+        entry.idle_since = Some(since);
+        if self.options.idle_timeout.is_zero() {
+            self.sweep(&mut slots);
+            return;
+        }
+        // Without a runtime (a lease dropped after its runtime ended) the
+        // next acquire or stats call sweeps instead.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        drop(slots);
+        let registry: Weak<Inner> = Arc::downgrade(self);
+        let due = since + self.options.idle_timeout;
+        runtime.spawn(async move {
+            tokio::time::sleep_until(due).await;
+            let closing = {
+                let Some(registry) = registry.upgrade() else { return };
+                let mut slots = registry.lock();
+                registry.sweep(&mut slots);
+                slots.closing.iter().find(|hub| hub.id() == id).cloned()
+            };
+            // Sweep again once the hub is really gone, so that the slot
+            // shows free without waiting for a caller.
+            if let Some(hub) = closing {
+                hub.finished().await;
+                drop(hub);
+                if let Some(registry) = registry.upgrade() {
+                    registry.sweep(&mut registry.lock());
+                }
+            }
+        });
+    }
+}
+
+/// A shared hold on one hub of a [`Registry`]; clones share the hold. When
+/// the last clone (and the last [`Subscription`] taken from it) of the last
+/// lease on a hub is dropped, the hub's idle timeout starts.
+#[derive(Clone)]
+pub struct HubLease {
+    inner: Arc<LeaseInner>,
+}
+
+struct LeaseInner {
+    registry: Arc<Inner>,
+    key: HubKey,
+    hub: Hub,
+}
+
+impl Drop for LeaseInner {
+    fn drop(&mut self) {
+        self.registry.release(&self.key, self.hub.id());
+    }
+}
+
+impl HubLease {
+    /// A new subscriber of the hub; it holds this lease.
+    pub fn subscribe(&self) -> Subscription {
+        self.inner.hub.subscribe_for(self.inner.clone())
+    }
+
+    /// The hub's state, to read or wait on.
+    pub fn state(&self) -> watch::Receiver<HubState> {
+        self.inner.hub.state()
+    }
+
+    /// The hub's state now.
+    pub fn current_state(&self) -> HubState {
+        self.inner.hub.current_state()
+    }
+
+    /// The hub's counters.
+    pub fn stats(&self) -> HubStats {
+        self.inner.hub.stats()
+    }
+
+    /// The hub's process-unique id.
+    pub fn hub_id(&self) -> u64 {
+        self.inner.hub.id()
+    }
+
+    /// Whether both leases hold the same hub.
+    pub fn is_same_hub(&self, other: &HubLease) -> bool {
+        self.hub_id() == other.hub_id()
+    }
+
+    /// The connector's label.
+    pub fn label(&self) -> &str {
+        self.inner.hub.label()
+    }
+
+    /// The hub's channels.
+    pub fn channels(&self) -> &[String] {
+        self.inner.hub.channels()
+    }
+}
+
+impl fmt::Debug for HubLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HubLease").field("hub", &self.inner.hub).finish()
+    }
+}

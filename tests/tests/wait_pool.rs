@@ -1,0 +1,200 @@
+//! Waiting for results through the built-in pool, whose LISTEN hub pushes
+//! `cairnq_done`: the wait contract, the wakeup latency, a completion that
+//! races the waiter's first read, and thousands of waiters on one listener.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use waymark_pool::PgPool;
+use waymark_store::{ClaimRequest, NewTask, Store, TaskStatus};
+use waymark_tests::{pool_store, TestSchema};
+
+waymark_tests::wait_contract!(waymark_tests::pool_store);
+
+/// Waits until the store's listener is up (its first "may have missed").
+async fn listening(store: &Store<PgPool>) {
+    let started = Instant::now();
+    // A wait on a finished task starts the listener if it is not up yet.
+    while !store.is_listening() {
+        assert!(started.elapsed() < Duration::from_secs(10), "the listener never came up");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Live means the hub listens and its self-probe came back.
+}
+
+fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_returns_within_milliseconds_of_the_completion_commit() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    listening(&store).await;
+    let mut took = Vec::with_capacity(200);
+    for i in 0..200 {
+        let task = store.submit(NewTask::new("lat", json!({ "i": i })).queue("lat")).await.expect("submit");
+        let claimed = store.claim(&ClaimRequest::new("w", ["lat"]).limit(1)).await.expect("claim");
+        assert_eq!(claimed.len(), 1);
+        let waiter = {
+            let (store, id) = (store.clone(), task.id.clone());
+            tokio::spawn(async move {
+                let t = store.wait(&id, Duration::from_secs(10)).await.expect("wait");
+                (Instant::now(), t)
+            })
+        };
+        // Let the waiter read the row and go to sleep on its backstop.
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        store.complete(&task.id, "w", json!(i)).await.expect("complete");
+        let committed = Instant::now();
+        let (returned, done) = waiter.await.expect("waiter");
+        assert_eq!(done.status, TaskStatus::Succeeded);
+        took.push(returned.saturating_duration_since(committed));
+    }
+    took.sort();
+    let (p50, p99) = (percentile(&took, 0.5), percentile(&took, 0.99));
+    println!("wakeup latency over 200 waits: p50 {p50:?}, p99 {p99:?}");
+    // Polling alone would take at least the first backstop (100 ms).
+    assert!(p50 < Duration::from_millis(50), "p50 {p50:?}: the wait was not pushed");
+    assert!(p99 < Duration::from_millis(500), "p99 {p99:?}");
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_racing_the_first_read_is_not_lost() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    listening(&store).await;
+    // Completed at the same moment the waiter registers and reads: whichever
+    // comes first, the wait must end, and within the backstop's bound.
+    for i in 0..50 {
+        let task = store.submit(NewTask::new("race", json!({ "i": i })).queue("race")).await.expect("submit");
+        store.claim(&ClaimRequest::new("w", ["race"]).limit(1)).await.expect("claim");
+        let waiter = {
+            let (store, id) = (store.clone(), task.id.clone());
+            tokio::spawn(async move {
+                store.wait(&id, Duration::from_secs(10)).await.map(|t| (Instant::now(), t))
+            })
+        };
+        store.complete(&task.id, "w", json!(i)).await.expect("complete");
+        let committed = Instant::now();
+        let (returned, done) = waiter.await.expect("waiter").expect("wait");
+        assert_eq!(done.status, TaskStatus::Succeeded);
+        let late = returned.saturating_duration_since(committed);
+        assert!(late < Duration::from_millis(600), "round {i}: {late:?} after the commit, past the backstop");
+    }
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_thousand_waiters_share_one_listener() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    listening(&store).await;
+    let batch: Vec<NewTask> =
+        (0..5000).map(|i| NewTask::new("many", json!({ "i": i })).queue("many")).collect();
+    let tasks = store.submit_batch(&batch).await.expect("submit");
+    let started = Instant::now();
+    let waiters: Vec<_> = tasks
+        .iter()
+        .map(|t| {
+            let (store, id) = (store.clone(), t.id.clone());
+            tokio::spawn(async move { store.wait(&id, Duration::from_secs(120)).await })
+        })
+        .collect();
+    // Settle them all in a few big commits.
+    let mut settled = 0;
+    while settled < 5000 {
+        let claimed = store.claim(&ClaimRequest::new("w", ["many"]).limit(1000)).await.expect("claim");
+        let items: Vec<_> = claimed
+            .iter()
+            .map(|t| waymark_store::Settlement::Complete {
+                id: t.id.clone(),
+                worker_id: "w".into(),
+                result: json!(1),
+            })
+            .collect();
+        for out in store.settle_batch(&items).await.expect("settle") {
+            out.expect("owned");
+        }
+        settled += claimed.len();
+    }
+    for w in waiters {
+        assert_eq!(w.await.expect("waiter").expect("wait").status, TaskStatus::Succeeded);
+    }
+    println!("5000 waiters returned {:?} after the first settlement began", started.elapsed());
+    let admin = waymark_tests::db::admin_client(&schema.url).await;
+    let listeners: i64 = admin
+        .query_one(
+            "select count(*) from pg_stat_activity where datname = current_database() \
+             and application_name = 'waymark-notify'",
+            &[],
+        )
+        .await
+        .expect("pg_stat_activity")
+        .get(0);
+    assert_eq!(listeners, 1, "one listener session for every waiter");
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_finish_across_a_killed_listener_and_listening_comes_back() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    listening(&store).await;
+    let admin = waymark_tests::db::admin_client(&schema.url).await;
+    let task = store.submit(NewTask::new("kill", json!({})).queue("kill")).await.expect("submit");
+    store.claim(&ClaimRequest::new("w", ["kill"]).limit(1)).await.expect("claim");
+    let waiter = {
+        let (store, id) = (store.clone(), task.id.clone());
+        tokio::spawn(async move { store.wait(&id, Duration::from_secs(20)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let killed: i64 = admin
+        .query_one(
+            "select count(pg_terminate_backend(pid)) from pg_stat_activity \
+             where datname = current_database() and application_name = 'waymark-notify'",
+            &[],
+        )
+        .await
+        .expect("terminate")
+        .get(0);
+    assert_eq!(killed, 1, "one listener to kill");
+    store.complete(&task.id, "w", json!("after the kill")).await.expect("complete");
+    let done = waiter.await.expect("waiter").expect("the wait still finishes");
+    assert_eq!(done.result, Some(json!("after the kill")));
+    // The hub reconnects by itself; pushed waits work again.
+    let started = Instant::now();
+    loop {
+        let n: i64 = admin
+            .query_one(
+                "select count(*) from pg_stat_activity where datname = current_database() \
+                 and application_name = 'waymark-notify' and state is not null",
+                &[],
+            )
+            .await
+            .expect("count")
+            .get(0);
+        if n == 1 && store.is_listening() {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the listener did not come back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let again = store.submit(NewTask::new("kill", json!({})).queue("kill")).await.expect("submit");
+    store.claim(&ClaimRequest::new("w", ["kill"]).limit(1)).await.expect("claim");
+    let waiter = {
+        let (store, id) = (store.clone(), again.id.clone());
+        tokio::spawn(async move { store.wait(&id, Duration::from_secs(20)).await.map(|_| Instant::now()) })
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    store.complete(&again.id, "w", json!(2)).await.expect("complete");
+    let committed = Instant::now();
+    let returned = waiter.await.expect("waiter").expect("wait");
+    assert!(
+        returned.saturating_duration_since(committed) < Duration::from_millis(90),
+        "pushed again after the reconnect"
+    );
+    schema.drop().await;
+}
