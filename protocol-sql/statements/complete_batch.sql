@@ -6,6 +6,18 @@
 -- returned lost its lease.
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
+),
+-- Rows locked in id order, as heartbeat_batch locks them, so the two
+-- cannot deadlock on a task they share.
+owned as (
+    select id
+      from cairnq_tasks
+     where id = any(:ids)
+       and status = 'running'
+       and worker_id = :worker_id
+       and lease_until_ms > (select now_ms from clock)
+     order by id
+       for update
 )
 update cairnq_tasks as t
    set status = case when t.cancel_requested_at_ms is null then 'succeeded' else 'canceled' end,
@@ -14,8 +26,8 @@ update cairnq_tasks as t
        lease_until_ms = null,
        completed_at_ms = clock.now_ms,
        updated_at_ms = clock.now_ms
-  from clock
- where t.id = any(:ids)
+  from clock, owned
+ where t.id = owned.id
    and t.status = 'running'
    and t.worker_id = :worker_id
    and t.lease_until_ms > clock.now_ms

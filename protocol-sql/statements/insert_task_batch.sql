@@ -4,7 +4,7 @@
 -- name, queue, payload, metadata, max_attempts, priority, delay_ms,
 -- parent_id, root_id, correlation_id). Every row is queued and due
 -- delay_ms after the one database clock reading; rows come back in no
--- particular order.
+-- particular order. A JSON null payload stays JSON null, as with insert_task.
 with clock as (
     select (extract(epoch from clock_timestamp()) * 1000)::bigint as now_ms
 )
@@ -12,7 +12,8 @@ insert into cairnq_tasks (
     id, name, queue, status, payload, metadata, attempt, max_attempts, priority,
     run_at_ms, parent_id, root_id, correlation_id, created_at_ms, updated_at_ms
 )
-select r.id, r.name, r.queue, 'queued', r.payload, r.metadata, 0, r.max_attempts, r.priority,
+select r.id, r.name, r.queue, 'queued', coalesce(r.payload, 'null'::jsonb),
+       coalesce(r.metadata, 'null'::jsonb), 0, r.max_attempts, r.priority,
        clock.now_ms + r.delay_ms, r.parent_id, r.root_id, r.correlation_id,
        clock.now_ms, clock.now_ms
   from clock,

@@ -140,6 +140,22 @@ async fn each_way_a_run_ends_writes_its_envelope() {
     assert!(e.message.contains("boom at the handler"), "{e:?}");
     assert!(t.run_at_ms >= t.updated_at_ms + 30_000, "the retry waits its backoff");
 
+    // A panic in the handler function itself, before it returns its
+    // future: caught the same way, and the slot comes free.
+    let w = ends_worker(&store)
+        .task("panics.early", |_ctx, _p: serde_json::Value| {
+            if true {
+                panic!("boom before the future");
+            }
+            async move { Ok(()) }
+        })
+        .build()
+        .expect("worker");
+    let t = run_one(&store, w, "panics.early", json!({}), 3).await;
+    let e = t.error_envelope().expect("envelope");
+    assert_eq!((t.status, e.code.as_str()), (TaskStatus::Queued, codes::HANDLER_ERROR));
+    assert!(e.message.contains("boom before the future"), "{e:?}");
+
     // Past max_run_time: retryable handler_timeout.
     let w = ends_worker(&store)
         .max_run_time(Duration::from_millis(200))

@@ -31,6 +31,10 @@ pub(crate) fn listen(
         Err(e) => return Err(ExecError::new(ExecErrorKind::Query, format!("listen: {e}")).with_source(e)),
     };
     let mut state = lease.state();
+    if state.borrow().is_terminal() {
+        // Unavailable for good (a pooler in the way): nothing to stream.
+        return Ok(None);
+    }
     // "Listening now" is the first event; a hub already listening counts.
     let listening_now = matches!(*state.borrow_and_update(), HubState::Listening);
     let start = Listen { events: lease.subscribe(), state, _lease: lease };

@@ -90,15 +90,16 @@ impl Signals {
             // Claimed now, so concurrent callers do not listen twice.
             st.listening = true;
         }
+        // Cancel safe: if the caller is dropped during the await below, the
+        // guard gives the claim back, so a later call listens again.
+        let mut claim = ListenClaim(Some(self));
         match exec.listen(&[QUEUED_CHANNEL, DONE_CHANNEL]).await {
             Ok(Some(stream)) => {
+                claim.0 = None; // the consumer owns the flag now
                 tokio::spawn(consume(Arc::downgrade(self), stream));
             }
-            Ok(None) => self.state.lock().expect("signals lock").listening = false,
-            Err(e) => {
-                tracing::debug!(error = %e, "listen failed; waits poll until it comes back");
-                self.state.lock().expect("signals lock").listening = false;
-            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!(error = %e, "listen failed; waits poll until it comes back"),
         }
     }
 
@@ -150,6 +151,18 @@ impl Signals {
     }
 }
 
+/// Resets `listening` unless disarmed: a listen attempt that failed, said
+/// no, or was cancelled.
+struct ListenClaim<'a>(Option<&'a Signals>);
+
+impl Drop for ListenClaim<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.0 {
+            s.state.lock().unwrap_or_else(|p| p.into_inner()).listening = false;
+        }
+    }
+}
+
 /// Routes one LISTEN stream until it ends or the store is gone.
 async fn consume(signals: Weak<Signals>, mut stream: NotificationStream) {
     while let Some(event) = stream.next().await {
@@ -157,13 +170,15 @@ async fn consume(signals: Weak<Signals>, mut stream: NotificationStream) {
         s.dispatch(event);
     }
     if let Some(s) = signals.upgrade() {
-        {
+        let was_live = {
             let mut st = s.state.lock().expect("signals lock");
             st.listening = false;
-            st.live = false;
+            std::mem::replace(&mut st.live, false)
+        };
+        if was_live {
+            tracing::debug!("the listen stream ended; waits poll until it comes back");
+            s.wake_everyone();
         }
-        tracing::debug!("the listen stream ended; waits poll until it comes back");
-        s.wake_everyone();
     }
 }
 

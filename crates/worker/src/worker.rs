@@ -6,7 +6,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use serde::de::DeserializeOwned;
@@ -25,6 +25,10 @@ use crate::settle::Settler;
 /// How long the claim loop waits for more free slots before it claims for
 /// the few that are free.
 const CLAIM_GATHER: Duration = Duration::from_millis(10);
+
+/// How long a handler may take to stop by itself once shutdown fires its
+/// token, before its future is dropped.
+const STOP_GRACE: Duration = Duration::from_millis(500);
 
 /// Claim transactions under way at once: while one commits, the next
 /// draws.
@@ -228,6 +232,7 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
                 running: Mutex::default(),
                 slot_freed: Notify::new(),
                 stop,
+                past_grace: watch::channel(false).0,
                 heartbeats_paused: AtomicBool::new(false),
                 settled: AtomicU64::new(0),
             }),
@@ -253,6 +258,8 @@ struct Shared<E> {
     running: Mutex<HashMap<String, Arc<Running>>>,
     slot_freed: Notify,
     stop: watch::Sender<bool>,
+    /// Set when shutdown's grace period has passed: runs still going stop.
+    past_grace: watch::Sender<bool>,
     heartbeats_paused: AtomicBool,
     settled: AtomicU64,
 }
@@ -346,15 +353,23 @@ impl<E: PgExecutor + 'static> Worker<E> {
         let shared = self.shared;
         let (settler, batcher) =
             Settler::start(shared.store.clone(), shared.settle_batch, shared.settle_window);
-        let beats = tokio::spawn(heartbeat_loop(shared.clone()));
+        // Dropped with `run` (a caller's select!, say): no lease outlives it.
+        let _beats = AbortOnDrop(tokio::spawn(heartbeat_loop(shared.clone())));
         let mut runs = JoinSet::new();
         claim_loop(&shared, &settler, &mut runs).await;
         shutdown(&shared, &mut runs).await;
-        beats.abort();
         drop(settler);
         if let Some(b) = batcher {
             let _ = b.await; // flushes what is queued, then ends
         }
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -451,16 +466,39 @@ fn start_run<E: PgExecutor + 'static>(
     task: Task,
 ) {
     let running = Running::new(task.id.clone());
-    shared.running.lock().expect("running lock").insert(task.id.clone(), running.clone());
+    let previous = shared.running.lock().expect("running lock").insert(task.id.clone(), running.clone());
+    if let Some(old) = previous {
+        // Our own earlier run of this task lost its lease (the claim just
+        // recovered and re-took it): that run must write nothing more.
+        old.mark_lost();
+    }
     let shared = shared.clone();
     let settler = settler.clone();
     runs.spawn(async move {
+        // Whatever happens below, even a panic, the slot comes free.
+        let _slot = Slot { shared: shared.clone(), running: running.clone() };
         let task = Arc::new(task);
         let outcome = run_handler(&shared, &task, &running).await;
         settle(&shared, &settler, &task, &running, outcome).await;
-        shared.running.lock().expect("running lock").remove(&task.id);
-        shared.slot_freed.notify_one();
     });
+}
+
+/// Frees a run's slot when the run ends, however it ends: removes its entry
+/// (only if it is still this run's) and wakes the claim loop.
+struct Slot<E> {
+    shared: Arc<Shared<E>>,
+    running: Arc<Running>,
+}
+
+impl<E> Drop for Slot<E> {
+    fn drop(&mut self) {
+        let mut map = self.shared.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if map.get(&self.running.id).is_some_and(|r| Arc::ptr_eq(r, &self.running)) {
+            map.remove(&self.running.id);
+        }
+        drop(map);
+        self.shared.slot_freed.notify_one();
+    }
 }
 
 /// How a run ended, including the ends the worker decides itself.
@@ -469,6 +507,8 @@ enum RunEnd {
     Panicked(String),
     TimedOut(Duration),
     NoHandler,
+    /// Stopped at shutdown: shutdown gives the task back.
+    Stopped,
 }
 
 async fn run_handler<E: PgExecutor + 'static>(
@@ -484,13 +524,31 @@ async fn run_handler<E: PgExecutor + 'static>(
         shared.lease_ms,
         running.clone(),
     );
-    let run = AssertUnwindSafe(handler.call(ctx, task.payload.clone())).catch_unwind();
-    let result = match shared.max_run_time {
-        Some(limit) => match tokio::time::timeout(limit, run).await {
+    // The call itself may panic too (its synchronous part, a payload's
+    // Deserialize), not only the future it returns.
+    let payload = task.payload.clone();
+    let run = AssertUnwindSafe(async move { handler.call(ctx, payload).await }).catch_unwind();
+    let bounded = async {
+        match shared.max_run_time {
+            Some(limit) => tokio::time::timeout(limit, run).await.map_err(|_| limit),
+            None => Ok(run.await),
+        }
+    };
+    // Past the shutdown grace the token fires; the handler gets a moment to
+    // stop by itself, then its future is dropped and the task given back.
+    let mut past_grace = shared.past_grace.subscribe();
+    let stopped = async move {
+        if past_grace.wait_for(|past| *past).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(STOP_GRACE).await;
+    };
+    let result = tokio::select! {
+        r = bounded => match r {
             Ok(r) => r,
-            Err(_) => return RunEnd::TimedOut(limit),
+            Err(limit) => return RunEnd::TimedOut(limit),
         },
-        None => run.await,
+        _ = stopped => return RunEnd::Stopped,
     };
     match result {
         Ok(outcome) => RunEnd::Handler(outcome),
@@ -518,6 +576,9 @@ async fn settle<E: PgExecutor + 'static>(
     if running.is_lost() {
         tracing::debug!(task = %task.id, "lease lost; the late settlement is dropped");
         return;
+    }
+    if matches!(end, RunEnd::Stopped) {
+        return; // shutdown gives it back
     }
     if !running.take_settlement() {
         return; // settled by complete_in, or given back at shutdown
@@ -568,6 +629,7 @@ async fn settle<E: PgExecutor + 'static>(
             ),
             true,
         ),
+        RunEnd::Stopped => unreachable!("handled above"),
         RunEnd::NoHandler => fail(
             envelope(
                 "NoHandler",
@@ -578,13 +640,34 @@ async fn settle<E: PgExecutor + 'static>(
             false,
         ),
     };
-    match settler.settle(&shared.store, settlement).await {
-        Ok(_) => {
-            shared.settled.fetch_add(1, Ordering::Relaxed);
+    // A passing failure (the pool saturated, its breaker open, a lost
+    // connection) is tried again while the lease lasts; a resent settlement
+    // that had committed answers "lost lease", and the row is right.
+    let deadline = Instant::now() + Duration::from_millis(shared.lease_ms as u64 / 2);
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match settler.settle(&shared.store, settlement.clone()).await {
+            Ok(_) => {
+                shared.settled.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) if e.is_lost_lease() => tracing::debug!(task = %id, "lease lost before settlement"),
+            Err(e) if passing(&e) && Instant::now() + pause < deadline && !running.is_lost() => {
+                tracing::debug!(task = %id, error = %e, "settlement failed; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+                continue;
+            }
+            Err(e) => shared.report(format!("settle {id}"), e),
         }
-        Err(e) if e.is_lost_lease() => tracing::debug!(task = %id, "lease lost before settlement"),
-        Err(e) => shared.report(format!("settle {id}"), e),
+        return;
     }
+}
+
+/// A failure that may pass: worth another try.
+fn passing(e: &Error) -> bool {
+    use waymark_store::ExecErrorKind::*;
+    matches!(e.exec_kind(), Some(Saturated | CircuitOpen | Connection | Timeout | Capacity))
+        || e.is_lock_timeout()
 }
 
 /// Renews every unsettled lease with one statement per interval; a task
@@ -598,14 +681,8 @@ async fn heartbeat_loop<E: PgExecutor + 'static>(shared: Arc<Shared<E>>) {
         if shared.heartbeats_paused.load(Ordering::SeqCst) {
             continue;
         }
-        let held: Vec<Arc<Running>> = shared
-            .running
-            .lock()
-            .expect("running lock")
-            .values()
-            .filter(|r| !r.is_settled() && !r.is_lost())
-            .cloned()
-            .collect();
+        let held: Vec<Arc<Running>> =
+            shared.running.lock().expect("running lock").values().filter(|r| !r.is_lost()).cloned().collect();
         if held.is_empty() {
             continue;
         }
@@ -616,6 +693,8 @@ async fn heartbeat_loop<E: PgExecutor + 'static>(shared: Arc<Shared<E>>) {
                     beats.iter().map(|b| (b.id.as_str(), b.cancel_requested_at_ms)).collect();
                 for r in &held {
                     match owned.get(r.id.as_str()) {
+                        // A settlement committed meanwhile also leaves the
+                        // answer; marking it lost then changes nothing.
                         None if !r.is_settled() => r.mark_lost(),
                         Some(Some(_)) => r.cancel(CancelReason::Requested),
                         _ => {}
@@ -639,8 +718,16 @@ async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &mut J
     for r in &left {
         r.cancel(CancelReason::Shutdown);
     }
-    runs.abort_all();
-    while runs.join_next().await.is_some() {}
+    shared.past_grace.send_replace(true);
+    // Each run now stops within STOP_GRACE, or finishes its settlement; a
+    // run stuck past that (blocking code in an async handler) is aborted.
+    let ended = tokio::time::timeout(STOP_GRACE + Duration::from_secs(5), async {
+        while runs.join_next().await.is_some() {}
+    });
+    if ended.await.is_err() {
+        runs.abort_all();
+        while runs.join_next().await.is_some() {}
+    }
     for r in left {
         if !r.take_settlement() || r.is_lost() {
             continue;
