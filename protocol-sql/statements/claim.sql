@@ -1,19 +1,12 @@
 -- params: worker_id text, lease_ms int8, queues text[], names text[], limit int8
--- Claims up to limit due queued rows of these queues (and names, when given), best priority first, skipping rows another claim holds.
+-- Claims up to limit due queued rows of these queues (and names, when given),
+-- best priority first, skipping rows another claim holds.
 -- Rows come back in no particular order.
+-- The picked ids reach the update as one array, so the update finds each row
+-- through the primary key whatever the table's statistics say (a join on
+-- the picked rows could be planned as a hash over the whole table).
 with clock as (
     select (extract(epoch from clock_timestamp()) * 1000)::bigint as now_ms
-),
-picked as (
-    select id
-      from cairnq_tasks
-     where queue = any(:queues)
-       and status = 'queued'
-       and (:names::text[] is null or name = any(:names))
-       and run_at_ms <= (select now_ms from clock)
-     order by priority desc, run_at_ms, id
-     limit :limit
-       for update skip locked
 )
 update cairnq_tasks as t
    set status = 'running',
@@ -21,6 +14,16 @@ update cairnq_tasks as t
        lease_until_ms = clock.now_ms + :lease_ms,
        attempt = t.attempt + 1,
        updated_at_ms = clock.now_ms
-  from picked, clock
- where t.id = picked.id
+  from clock
+ where t.id = any(array(
+           select id
+             from cairnq_tasks
+            where queue = any(:queues)
+              and status = 'queued'
+              and (:names::text[] is null or name = any(:names))
+              and run_at_ms <= (select now_ms from clock)
+            order by priority desc, run_at_ms, id
+            limit :limit
+              for update skip locked
+       ))
 returning t.*

@@ -1,18 +1,36 @@
 -- params: queues text[], names text[]
--- Is a claim worth a transaction? True when a due queued row exists in these
--- queues (and names, when given), or any lease has expired anywhere.
-select exists (
-           select 1
-             from cairnq_tasks
-            where queue = any(:queues)
-              and status = 'queued'
-              and (:names::text[] is null or name = any(:names))
-              and run_at_ms <= (select (extract(epoch from clock_timestamp()) * 1000)::bigint)
-       )
-       or exists (
-           select 1
-             from cairnq_tasks
-            where status = 'running'
-              and lease_until_ms is not null
-              and lease_until_ms <= (select (extract(epoch from clock_timestamp()) * 1000)::bigint)
-       ) as claimable
+-- Is a claim worth a statement? due: a due queued row exists in these queues
+-- (and names, when given). expired: a running row's lease has run out,
+-- anywhere, so lease recovery has work. claimable: either of them.
+-- due asks each queue for its first row in the claim index's order, so it
+-- reads that index even when stale statistics say most rows are queued (a
+-- plain exists could then scan the whole table for a row that is not
+-- there). expired matches the lease index's predicate.
+with clock as (
+    select (extract(epoch from clock_timestamp()) * 1000)::bigint as now_ms
+),
+probe as materialized (
+    select exists (
+               select 1
+                 from unnest(:queues) as q(queue)
+                cross join lateral (
+                      select 1
+                        from cairnq_tasks as t
+                       where t.queue = q.queue
+                         and t.status = 'queued'
+                         and (:names::text[] is null or t.name = any(:names))
+                         and t.run_at_ms <= (select now_ms from clock)
+                       order by t.priority desc, t.run_at_ms, t.id
+                       limit 1
+                ) as first_due
+           ) as due,
+           exists (
+               select 1
+                 from cairnq_tasks
+                where status = 'running'
+                  and lease_until_ms is not null
+                  and lease_until_ms <= (select now_ms from clock)
+           ) as expired
+)
+select due or expired as claimable, due, expired
+  from probe

@@ -3,21 +3,14 @@
 -- statement. results is a JSON object from task id to that task's result.
 -- Each row is ownership-checked exactly as `complete` checks it, and takes
 -- the same branch (a requested cancel wins); an id missing from the rows
--- returned lost its lease.
+-- returned lost its lease. Only id and status come back: the worker needs
+-- no more, and a batch of whole rows costs both sides.
+-- The owned rows are locked in id order first, as heartbeat_batch locks
+-- them, so the two cannot deadlock on tasks they share; the update then
+-- finds them through the primary key (see claim.sql), and a row we hold
+-- cannot change, so it needs no second ownership check.
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
-),
--- Rows locked in id order, as heartbeat_batch locks them, so the two
--- cannot deadlock on a task they share.
-owned as (
-    select id
-      from cairnq_tasks
-     where id = any(:ids)
-       and status = 'running'
-       and worker_id = :worker_id
-       and lease_until_ms > (select now_ms from clock)
-     order by id
-       for update
 )
 update cairnq_tasks as t
    set status = case when t.cancel_requested_at_ms is null then 'succeeded' else 'canceled' end,
@@ -26,9 +19,15 @@ update cairnq_tasks as t
        lease_until_ms = null,
        completed_at_ms = clock.now_ms,
        updated_at_ms = clock.now_ms
-  from clock, owned
- where t.id = owned.id
-   and t.status = 'running'
-   and t.worker_id = :worker_id
-   and t.lease_until_ms > clock.now_ms
-returning t.*
+  from clock
+ where t.id = any(array(
+           select id
+             from cairnq_tasks
+            where id = any(:ids)
+              and status = 'running'
+              and worker_id = :worker_id
+              and lease_until_ms > (select now_ms from clock)
+            order by id
+              for update
+       ))
+returning t.id, t.status

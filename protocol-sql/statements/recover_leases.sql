@@ -2,16 +2,9 @@
 -- Settles every running row whose lease has run out: a requested cancel wins;
 -- attempts left -> queued and due now; none left -> failed with the envelope.
 -- Rows another transaction holds are skipped; the next pass gets them.
+-- The expired ids reach the update as one array (see claim.sql).
 with clock as (
     select (extract(epoch from clock_timestamp()) * 1000)::bigint as now_ms
-),
-expired as (
-    select id
-      from cairnq_tasks
-     where status = 'running'
-       and lease_until_ms is not null
-       and lease_until_ms <= (select now_ms from clock)
-       for update skip locked
 )
 update cairnq_tasks as t
    set status = case
@@ -45,6 +38,13 @@ update cairnq_tasks as t
            then null else clock.now_ms
        end,
        updated_at_ms = clock.now_ms
-  from expired, clock
- where t.id = expired.id
+  from clock
+ where t.id = any(array(
+           select id
+             from cairnq_tasks
+            where status = 'running'
+              and lease_until_ms is not null
+              and lease_until_ms <= (select now_ms from clock)
+              for update skip locked
+       ))
 returning t.id, t.status

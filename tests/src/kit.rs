@@ -25,6 +25,7 @@ macro_rules! store_contract {
             concurrent_keyed_submits_make_one_task,
             claim_order_shapes_and_due_time,
             expired_leases_are_recovered,
+            a_claim_without_its_probe_claims_due_work_and_recovers_nothing,
             heartbeat_batch_reports_owned_tasks_in_order,
             lost_lease_writes_change_nothing,
             fail_retries_after_the_delay,
@@ -33,6 +34,7 @@ macro_rules! store_contract {
             purge_takes_the_key_with_it,
             migrate_is_idempotent,
             settle_batch_answers_each_settlement_on_its_own,
+            settle_batch_of_one_workers_completes_answers_each,
             release_gives_a_task_back_without_spending_its_attempt,
             submit_batch_inserts_many_in_order,
         );
@@ -325,6 +327,35 @@ pub async fn expired_leases_are_recovered<E: PgExecutor>(store: &Store<E>) {
     assert_eq!(store.fetch(&canceled.id).await.expect("get").status, TaskStatus::Canceled);
 }
 
+/// With its probe off, a claim pass is the claim alone: it takes due work,
+/// best priority first, and leaves an expired lease for a pass that probes;
+/// that pass recovers the task and claims it first.
+pub async fn a_claim_without_its_probe_claims_due_work_and_recovers_nothing<E: PgExecutor>(store: &Store<E>) {
+    let stale = store.submit(NewTask::new("x", json!({"n": "stale"}))).await.expect("submit");
+    assert_eq!(store.claim(&claim("w1").lease_ms(50)).await.expect("claim").len(), 1);
+    let low = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
+    let high = store.submit(NewTask::new("x", json!({})).priority(5)).await.expect("submit");
+    tokio::time::sleep(Duration::from_millis(150)).await; // w1's lease is gone
+
+    let got = store.claim(&claim("w2").probe(false)).await.expect("claim without probe");
+    assert_eq!(got.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [high.id.as_str()]);
+    let still = store.fetch(&stale.id).await.expect("get");
+    assert_eq!(
+        (still.status, still.worker_id.as_deref()),
+        (TaskStatus::Running, Some("w1")),
+        "not recovered"
+    );
+
+    let got = store.claim(&claim("w3").limit(5)).await.expect("a pass with its probe");
+    let mut ids: Vec<&str> = got.iter().map(|t| t.id.as_str()).collect();
+    ids.sort();
+    let mut want = vec![stale.id.as_str(), low.id.as_str()];
+    want.sort();
+    assert_eq!(ids, want, "the recovering pass claims the recovered task");
+    assert_eq!(store.fetch(&stale.id).await.expect("get").attempt, 2);
+    assert!(store.claim(&claim("w4").probe(false)).await.expect("empty queue").is_empty());
+}
+
 /// heartbeat_batch answers in the order asked, leaves out what is lost, and
 /// shows cancel requests.
 pub async fn heartbeat_batch_reports_owned_tasks_in_order<E: PgExecutor>(store: &Store<E>) {
@@ -487,6 +518,47 @@ pub async fn settle_batch_answers_each_settlement_on_its_own<E: PgExecutor>(stor
     assert_eq!(status(5), Err("LostLease"), "a second settlement of one task is refused");
     assert_eq!(store.fetch(&ids[0]).await.expect("get").result, Some(json!({"r": 0})));
     assert_eq!(store.fetch(&ids[2]).await.expect("get").status, TaskStatus::Running, "untouched");
+}
+
+/// The usual batch, one worker's completes, is one statement (run without
+/// a transaction); each settlement is still answered on its own.
+pub async fn settle_batch_of_one_workers_completes_answers_each<E: PgExecutor>(store: &Store<E>) {
+    for i in 0..4 {
+        store.submit(NewTask::new("b", json!({ "i": i }))).await.expect("submit");
+    }
+    let mut claimed = store.claim(&claim("w1").limit(4)).await.expect("claim");
+    claimed.sort_by_key(|t| t.payload["i"].as_i64());
+    let ids: Vec<String> = claimed.iter().map(|t| t.id.clone()).collect();
+    store.cancel(&ids[1]).await.expect("cancel request");
+    store.complete(&ids[2], "w1", json!("early")).await.expect("settled before the batch");
+    let complete = |id: &String, r: serde_json::Value| Settlement::Complete {
+        id: id.clone(),
+        worker_id: "w1".into(),
+        result: r,
+    };
+    let items = vec![
+        complete(&ids[0], json!({"r": 0})),
+        complete(&ids[1], json!({"r": 1})),
+        complete(&ids[2], json!({"r": 2})),
+        complete(&ids[3], json!([3])),
+        complete(&"task_missing".to_owned(), json!(null)),
+    ];
+    let out = store.settle_batch(&items).await.expect("the batch commits");
+    let status = |i: usize| out[i].as_ref().map(|t| (t.id.as_str(), t.status)).map_err(|e| e.class_name());
+    assert_eq!(status(0), Ok((ids[0].as_str(), TaskStatus::Succeeded)));
+    assert_eq!(status(1), Ok((ids[1].as_str(), TaskStatus::Canceled)));
+    assert_eq!(status(2), Err("LostLease"), "settled already");
+    assert_eq!(status(3), Ok((ids[3].as_str(), TaskStatus::Succeeded)));
+    assert_eq!(status(4), Err("LostLease"));
+    assert_eq!(store.fetch(&ids[0]).await.expect("get").result, Some(json!({"r": 0})));
+    assert_eq!(store.fetch(&ids[2]).await.expect("get").result, Some(json!("early")));
+    assert_eq!(store.fetch(&ids[3]).await.expect("get").result, Some(json!([3])));
+    let bad = vec![
+        complete(&ids[0], json!(1)),
+        Settlement::Complete { id: String::new(), worker_id: "w1".into(), result: json!(1) },
+    ];
+    let err = store.settle_batch(&bad).await.expect_err("an empty id is refused before any SQL");
+    assert!(matches!(err, Error::InvalidArgument(ref why) if why.contains("task id")), "{err}");
 }
 
 /// `release` puts a running task back, due now, with its attempt unspent;

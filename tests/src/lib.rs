@@ -9,6 +9,7 @@ pub mod conformance;
 pub mod db;
 pub mod kit;
 pub mod pgbouncer;
+pub mod plans;
 pub mod private_cluster;
 pub mod proxy;
 pub mod python;

@@ -21,11 +21,13 @@ commands:
           then run every test, conformance scenarios and cairnq interop included
   demo    find or start PostgreSQL, migrate, submit a few thousand tasks and
           process them with visible progress
-  bench [all|enqueue|drain|latency|mixed|binding]
+  bench [all|enqueue|drain|latency|mixed|binding|explain]
           all (default): enqueue, drain, latency and mixed scenarios, waymark
           beside a raw-SQL baseline in the same run (built in release mode);
           binding: protocol statements bound with query_typed against
-          prepared once per connection, side by side";
+          prepared once per connection, side by side;
+          explain: EXPLAIN ANALYZE of the probe, the claim and the batched
+          writes on a 100,000-task backlog with stale statistics";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

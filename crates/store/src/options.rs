@@ -209,6 +209,12 @@ pub struct ClaimRequest {
     pub lease_ms: i64,
     /// Most tasks to claim; 0 or less claims nothing. Defaults to 1.
     pub limit: i64,
+    /// Whether the pass starts with the probe (and lease recovery when it
+    /// finds an expired lease). Off, the pass is the claim statement alone:
+    /// for a caller that knows work is due (its last claim came back full,
+    /// or a task was just queued) and recovers leases on its own schedule.
+    /// Defaults to true.
+    pub probe: bool,
 }
 
 impl ClaimRequest {
@@ -220,6 +226,7 @@ impl ClaimRequest {
             names: None,
             lease_ms: 30_000,
             limit: 1,
+            probe: true,
         }
     }
 
@@ -238,6 +245,12 @@ impl ClaimRequest {
     /// Sets the most tasks to claim.
     pub fn limit(mut self, limit: i64) -> Self {
         self.limit = limit;
+        self
+    }
+
+    /// Turns the probe (and the lease recovery it may start) on or off.
+    pub fn probe(mut self, probe: bool) -> Self {
+        self.probe = probe;
         self
     }
 }

@@ -15,7 +15,8 @@ use crate::options::{non_empty, ClaimRequest, Conflict, Failure, ListFilter, New
 use crate::signals::Signals;
 use crate::statements::{run, run_opt, Binds};
 use crate::task::{
-    int8, opt_int8, opt_text, status, text, Beat, ErrorEnvelope, StatusCounts, Task, TaskState, TaskStatus,
+    int8, opt_int8, opt_text, status, text, Beat, ErrorEnvelope, Settled, StatusCounts, Task, TaskState,
+    TaskStatus,
 };
 use crate::value::Value;
 
@@ -386,8 +387,12 @@ impl<E: PgExecutor> Store<E> {
 
     // ----- the worker's side -----
 
-    /// One claim pass: a cheap probe outside any transaction; if it finds
-    /// work, one transaction that recovers expired leases and then claims.
+    /// One claim pass: a cheap probe outside any transaction; if it finds an
+    /// expired lease, one transaction that recovers expired leases and then
+    /// claims (so the pass that recovers a task has the first pick of it);
+    /// if it finds only due work, the claim statement alone in autocommit,
+    /// which skips locked rows and so never waits on a lock. With
+    /// [`ClaimRequest::probe`] off, the pass is that claim statement alone.
     /// Rows come back in no particular order.
     pub async fn claim(&self, req: &ClaimRequest) -> Result<Vec<Task>> {
         non_empty("worker_id", &req.worker_id)?;
@@ -397,21 +402,31 @@ impl<E: PgExecutor> Store<E> {
         if req.limit <= 0 || req.queues.is_empty() || req.names.as_ref().is_some_and(Vec::is_empty) {
             return Ok(Vec::new());
         }
-        let probe: Binds = vec![("queues", req.queues.clone().into()), ("names", req.names.clone().into())];
-        let claimable = match run_opt(&mut Autocommit(&self.exec), Statement::ClaimableProbe, probe).await? {
-            Some(mut row) => crate::task::opt_bool(&mut row, "claimable")?.unwrap_or(false),
-            None => false,
-        };
-        if !claimable {
-            return Ok(Vec::new());
+        if req.probe {
+            let binds: Binds =
+                vec![("queues", req.queues.clone().into()), ("names", req.names.clone().into())];
+            let (due, expired) =
+                match run_opt(&mut Autocommit(&self.exec), Statement::ClaimableProbe, binds).await? {
+                    Some(mut row) => (
+                        crate::task::opt_bool(&mut row, "due")?.unwrap_or(false),
+                        crate::task::opt_bool(&mut row, "expired")?.unwrap_or(false),
+                    ),
+                    None => (false, false),
+                };
+            if expired {
+                let mut tx = self.begin(Lane::Ordinary).await?;
+                let out = async {
+                    recover_leases(&mut tx).await?;
+                    claim_draw(&mut tx, req).await
+                }
+                .await;
+                return finish(tx, out, "claim").await;
+            }
+            if !due {
+                return Ok(Vec::new());
+            }
         }
-        let mut tx = self.begin(Lane::Ordinary).await?;
-        let out = async {
-            recover_leases(&mut tx).await?;
-            claim_draw(&mut tx, req).await
-        }
-        .await;
-        finish(tx, out, "claim").await
+        claim_draw(&mut Autocommit(&self.exec), req).await
     }
 
     /// Extends a lease; [`Error::LostLease`] if the worker no longer holds it.
@@ -510,16 +525,22 @@ impl<E: PgExecutor> Store<E> {
         owned(&mut Autocommit(&self.exec), Statement::Release, vec![], id, worker_id).await
     }
 
-    /// Settles several owned tasks in one transaction, one commit for all:
-    /// each settlement is still ownership-checked and answered on its own
-    /// (a lost lease fails only that one). `Err` means the transaction
-    /// failed and none of them is known to have committed.
+    /// Settles several owned tasks with one commit for all: each settlement
+    /// is still ownership-checked and answered on its own (a lost lease
+    /// fails only that one). `Err` means the commit failed and none of them
+    /// is known to have committed.
     ///
     /// The completes of each worker go in one `complete_batch` statement;
-    /// failures run one statement each, in the same transaction.
-    pub async fn settle_batch(&self, items: &[Settlement]) -> Result<Vec<Result<Task>>> {
+    /// failures run one statement each. When that makes one statement (the
+    /// usual case: one worker's completes), it runs in autocommit, with no
+    /// transaction around it.
+    pub async fn settle_batch(&self, items: &[Settlement]) -> Result<Vec<Result<Settled>>> {
+        let plan = SettlePlan::new(items)?;
+        if plan.statements() <= 1 {
+            return settle_all(&mut Autocommit(&self.exec), items, &plan).await;
+        }
         let mut tx = self.begin(Lane::Critical).await?;
-        let out = settle_all(&mut tx, items).await;
+        let out = settle_all(&mut tx, items, &plan).await;
         finish(tx, out, "settle").await
     }
 }
@@ -547,24 +568,48 @@ pub enum Settlement {
     },
 }
 
-async fn settle_all<S: PgSession + ?Sized>(s: &mut S, items: &[Settlement]) -> Result<Vec<Result<Task>>> {
-    let mut outcomes: Vec<Option<Result<Task>>> = (0..items.len()).map(|_| None).collect();
-    // Completes, grouped by worker: one statement per group.
-    let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    for (i, item) in items.iter().enumerate() {
-        if let Settlement::Complete { worker_id, .. } = item {
-            groups.entry(worker_id.as_str()).or_default().push(i);
+/// The completes of a settlement batch grouped by worker (one statement
+/// each), checked before anything is sent.
+struct SettlePlan<'a> {
+    completes: BTreeMap<&'a str, Vec<usize>>,
+    fails: usize,
+}
+
+impl<'a> SettlePlan<'a> {
+    fn new(items: &'a [Settlement]) -> Result<Self> {
+        let mut completes: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        let mut fails = 0;
+        for (i, item) in items.iter().enumerate() {
+            match item {
+                Settlement::Complete { id, worker_id, .. } => {
+                    non_empty("task id", id)?;
+                    non_empty("worker_id", worker_id)?;
+                    completes.entry(worker_id.as_str()).or_default().push(i);
+                }
+                Settlement::Fail { .. } => fails += 1,
+            }
         }
+        Ok(SettlePlan { completes, fails })
     }
-    for (worker_id, members) in groups {
-        non_empty("worker_id", worker_id)?;
+
+    fn statements(&self) -> usize {
+        self.completes.len() + self.fails
+    }
+}
+
+async fn settle_all<S: PgSession + ?Sized>(
+    s: &mut S,
+    items: &[Settlement],
+    plan: &SettlePlan<'_>,
+) -> Result<Vec<Result<Settled>>> {
+    let mut outcomes: Vec<Option<Result<Settled>>> = (0..items.len()).map(|_| None).collect();
+    for (&worker_id, members) in &plan.completes {
         let mut results = serde_json::Map::new();
         let mut ids = Vec::with_capacity(members.len());
-        for &i in &members {
+        for &i in members {
             let Settlement::Complete { id, result, .. } = &items[i] else {
                 unreachable!("grouped completes")
             };
-            non_empty("task id", id)?;
             // The first settlement of an id is the one that counts.
             if !results.contains_key(id) {
                 results.insert(id.clone(), result.clone());
@@ -576,9 +621,12 @@ async fn settle_all<S: PgSession + ?Sized>(s: &mut S, items: &[Settlement]) -> R
             ("ids", Value::TextArray(ids)),
             ("worker_id", worker_id.into()),
         ];
-        let mut settled: BTreeMap<String, Task> =
-            tasks(s, Statement::CompleteBatch, binds).await?.into_iter().map(|t| (t.id.clone(), t)).collect();
-        for &i in &members {
+        let mut settled = BTreeMap::new();
+        for mut row in run(s, Statement::CompleteBatch, binds).await? {
+            let id = text(&mut row, "id")?;
+            settled.insert(id.clone(), Settled { id, status: status(&mut row, "status")? });
+        }
+        for &i in members {
             let Settlement::Complete { id, .. } = &items[i] else { unreachable!("grouped completes") };
             // A duplicate id finds its row taken by the first: a lost lease.
             outcomes[i] =
@@ -598,7 +646,7 @@ async fn settle_all<S: PgSession + ?Sized>(s: &mut S, items: &[Settlement]) -> R
                     return Err(out.unwrap_err());
                 }
             }
-            outcomes[i] = Some(out);
+            outcomes[i] = Some(out.map(|t| Settled::from(&t)));
         }
     }
     Ok(outcomes.into_iter().map(|o| o.expect("every settlement answered")).collect())

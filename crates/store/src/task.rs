@@ -181,6 +181,23 @@ pub struct Beat {
     pub cancel_requested_at_ms: Option<i64>,
 }
 
+/// One settlement's answer from [`Store::settle_batch`](crate::Store::settle_batch):
+/// the task and the status it settled in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settled {
+    /// The task.
+    pub id: String,
+    /// Its status after the settlement (`Succeeded`, `Canceled`, `Failed`,
+    /// or `Queued` for a retry).
+    pub status: TaskStatus,
+}
+
+impl From<&Task> for Settled {
+    fn from(t: &Task) -> Self {
+        Settled { id: t.id.clone(), status: t.status }
+    }
+}
+
 /// Task counts of one queue, by status.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusCounts {

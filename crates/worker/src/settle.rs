@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use waymark_store::{PgExecutor, Result, Settlement, Store, Task};
+use waymark_store::{PgExecutor, Result, Settled, Settlement, Store};
 
-type Reply = oneshot::Sender<Result<Task>>;
+type Reply = oneshot::Sender<Result<Settled>>;
 
 /// Sends settlements to the batching task, or straight to the store.
 #[derive(Debug, Clone)]
@@ -32,7 +32,7 @@ impl Settler {
         (Settler { tx: Some(tx) }, Some(task))
     }
 
-    pub(crate) async fn settle<E: PgExecutor>(&self, store: &Store<E>, s: Settlement) -> Result<Task> {
+    pub(crate) async fn settle<E: PgExecutor>(&self, store: &Store<E>, s: Settlement) -> Result<Settled> {
         let Some(tx) = &self.tx else { return settle_one(store, &s).await };
         let (reply, answer) = oneshot::channel();
         if let Err(mpsc::error::SendError((s, _))) = tx.send((s, reply)) {
@@ -50,11 +50,12 @@ impl Settler {
     }
 }
 
-async fn settle_one<E: PgExecutor>(store: &Store<E>, s: &Settlement) -> Result<Task> {
-    match s {
+async fn settle_one<E: PgExecutor>(store: &Store<E>, s: &Settlement) -> Result<Settled> {
+    let task = match s {
         Settlement::Complete { id, worker_id, result } => store.complete(id, worker_id, result.clone()).await,
         Settlement::Fail { id, worker_id, failure } => store.fail(id, worker_id, failure).await,
-    }
+    }?;
+    Ok(Settled::from(&task))
 }
 
 /// Batches in flight at once: while one commits, the next fills.

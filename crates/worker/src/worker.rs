@@ -389,6 +389,11 @@ async fn claim_loop<E: PgExecutor + 'static>(
     let mut reserved = 0usize;
     // Set when a claim came back short: wait for a wakeup before the next.
     let mut dry = false;
+    // The probe (and the lease recovery it starts) runs on a poll, and at
+    // least once per poll interval; a claim after a full claim or a queued
+    // signal knows work is due and goes straight to the claim statement.
+    let mut probe_due = true;
+    let mut last_probe = Instant::now();
     // The watch's first answer is "read now".
     let _ = watch.next().await;
     loop {
@@ -416,7 +421,11 @@ async fn claim_loop<E: PgExecutor + 'static>(
             free = shared.concurrency.saturating_sub(shared.running_count() + reserved);
         }
         if !dry && free > 0 && claims.len() < CLAIMS_IN_FLIGHT {
-            let (store, req) = (shared.store.clone(), request.clone().limit(free as i64));
+            let probe = probe_due || last_probe.elapsed() >= shared.poll_interval;
+            if probe {
+                (probe_due, last_probe) = (false, Instant::now());
+            }
+            let (store, req) = (shared.store.clone(), request.clone().limit(free as i64).probe(probe));
             reserved += free;
             claims.spawn(async move { (free, store.claim(&req).await) });
             continue;
@@ -432,7 +441,10 @@ async fn claim_loop<E: PgExecutor + 'static>(
                 }
             }
             _ = shared.slot_freed.notified(), if slots_full => {}
-            _ = wakeup(&mut watch), if !slots_full => dry = false,
+            signal = wakeup(&mut watch), if !slots_full => {
+                dry = false;
+                probe_due |= signal == Signal::Poll;
+            }
         }
     }
 }
@@ -455,8 +467,13 @@ fn start_all<E: PgExecutor + 'static>(
 
 /// The next signal that can mean claimable work: a task queued in one of
 /// the worker's queues, or a poll. A done signal is someone else's news.
-async fn wakeup<E: PgExecutor>(watch: &mut waymark_store::Watch<'_, E>) {
-    while let Signal::Done(_) = watch.next().await {}
+async fn wakeup<E: PgExecutor>(watch: &mut waymark_store::Watch<'_, E>) -> Signal {
+    loop {
+        match watch.next().await {
+            Signal::Done(_) => continue,
+            other => return other,
+        }
+    }
 }
 
 fn start_run<E: PgExecutor + 'static>(

@@ -66,12 +66,14 @@ pub async fn claim(
     queue: &str,
     limit: i64,
 ) -> Result<Vec<(String, serde_json::Value)>, String> {
+    // The picked ids go to the update as one array: a join on them can be
+    // planned as a hash over the whole table (see protocol-sql/statements/claim.sql).
     let sql = format!(
-        "with c as (select id from cairnq_tasks where queue = $2 and status = 'queued' \
-                    and run_at_ms <= {NOW_MS} order by priority desc, run_at_ms, id limit $3 for update skip locked) \
-         update cairnq_tasks t set status = 'running', worker_id = $1, attempt = t.attempt + 1, \
+        "update cairnq_tasks t set status = 'running', worker_id = $1, attempt = t.attempt + 1, \
                 lease_until_ms = {NOW_MS} + 30000, updated_at_ms = {NOW_MS} \
-           from c where t.id = c.id returning t.id, t.payload"
+          where t.id = any(array(select id from cairnq_tasks where queue = $2 and status = 'queued' \
+                and run_at_ms <= (select {NOW_MS}) order by priority desc, run_at_ms, id limit $3 for update skip locked)) \
+          returning t.id, t.payload"
     );
     let rows =
         client.query(&sql, &[&worker, &queue, &limit]).await.map_err(|e| format!("baseline claim: {e}"))?;

@@ -27,11 +27,13 @@ const MIXED_FOR: Duration = Duration::from_secs(8);
 pub async fn run(args: &[String]) -> Result<(), String> {
     match args.first().map(String::as_str) {
         Some("binding") => binding::binding().await,
+        Some("explain") => explain().await,
         None | Some("all") => all(&SCENARIOS).await,
         Some(one) if SCENARIOS.contains(&one) => all(&[one]).await,
-        Some(other) => {
-            Err(format!("bench: unknown scenario {other:?} (known: all, binding, {})", SCENARIOS.join(", ")))
-        }
+        Some(other) => Err(format!(
+            "bench: unknown scenario {other:?} (known: all, binding, explain, {})",
+            SCENARIOS.join(", ")
+        )),
     }
 }
 
@@ -122,6 +124,35 @@ fn report(rows: &[Row]) {
         }
         println!("{doc}");
     }
+}
+
+/// `EXPLAIN (ANALYZE, BUFFERS)` of the probe, the claim and the batched
+/// writes on a 100,000-row backlog whose statistics are stale (see
+/// `waymark_tests::plans`); each write is rolled back.
+async fn explain() -> Result<(), String> {
+    const TOTAL: i64 = 100_000;
+    const QUEUED: i64 = 50_000;
+    const RUNNING: i64 = 512;
+    let server = crate::demo::find_postgres().await?;
+    let (url, _store) = fresh(&server, "waymark_bench_explain").await?;
+    let mut client = waymark_tests::db::admin_client(&url).await;
+    let running = waymark_tests::plans::stale_backlog(&client, TOTAL, QUEUED, RUNNING).await;
+    println!(
+        "explain: {TOTAL} tasks ({QUEUED} queued, {RUNNING} of them running, the rest succeeded), \
+         statistics taken while every task was queued\n"
+    );
+    for plan in waymark_tests::plans::explain_hot_statements(&mut client, &running, true).await {
+        println!("-- {}", plan.statement);
+        for line in plan.text.lines() {
+            // A bound id array prints in full; its first ids are enough.
+            match line.char_indices().nth(150) {
+                Some((cut, _)) => println!("{} ...", &line[..cut]),
+                None => println!("{line}"),
+            }
+        }
+        println!();
+    }
+    Ok(())
 }
 
 /// Rows compare within a scenario of the same producer count.

@@ -1,0 +1,156 @@
+//! Query plans of the hot statements on a large backlog: the test that the
+//! claim, the probe and the batched writes stay on indexes whatever the
+//! table's statistics say, and `cargo xtask bench explain`, which prints
+//! them with their timings.
+//!
+//! The backlog is made stale on purpose: analysed while every row was
+//! queued, then most of it settled and a batch claimed, so the statistics
+//! say every row is queued and none running. That is the state of a queue
+//! just drained, until autovacuum analyses it again, and the one where a
+//! join on the picked rows became a hash over the whole table and a plain
+//! `exists` probe a sequential scan.
+
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::Client;
+use waymark_store::protocol::{ParamType, Statement};
+
+/// The worker whose running batch the backlog holds.
+pub const WORKER: &str = "plans-worker";
+/// The queue and the handler name of the backlog.
+pub const QUEUE: &str = "plans";
+const NAME: &str = "plans.noop";
+
+/// Parameters by name, as the statement's header names them.
+type Binds<'a> = Vec<(&'static str, &'a (dyn ToSql + Sync))>;
+
+/// One explained statement.
+#[derive(Debug)]
+pub struct Plan {
+    /// The statement's catalogue name.
+    pub statement: &'static str,
+    /// `EXPLAIN`'s text.
+    pub text: String,
+}
+
+impl Plan {
+    /// Plan nodes that read or join the whole table.
+    pub fn whole_table_nodes(&self) -> Vec<&str> {
+        self.text
+            .lines()
+            .map(str::trim)
+            .filter(|l| {
+                l.contains("Seq Scan") || l.contains("Hash Join") || l.contains("Rows Removed by Join")
+            })
+            .collect()
+    }
+}
+
+/// Fills the installation `client` sees with `total` due tasks and
+/// analyses it; then settles all but `queued` of them, and claims `running`
+/// of those for [`WORKER`] (statistics not refreshed). Returns the running ids.
+pub async fn stale_backlog(client: &Client, total: i64, queued: i64, running: i64) -> Vec<String> {
+    client
+        .execute(
+            "insert into cairnq_tasks (id, name, queue, status, payload, metadata, attempt, max_attempts, \
+             priority, run_at_ms, root_id, created_at_ms, updated_at_ms) \
+             select 'task_' || lpad(g::text, 26, '0'), $2, $3, 'queued', jsonb_build_object('n', g), '{}', \
+                    0, 3, 0, 1000, 'task_' || lpad(g::text, 26, '0'), 1000, 1000 \
+               from generate_series(1, $1::bigint) g",
+            &[&total, &NAME, &QUEUE],
+        )
+        .await
+        .expect("filling the backlog");
+    client.batch_execute("analyze cairnq_tasks").await.expect("analyze");
+    client
+        .execute(
+            "update cairnq_tasks set status = 'succeeded', attempt = 1, worker_id = 'plans-done', \
+                    result = '{}', progress = 1.0, completed_at_ms = 2000, updated_at_ms = 2000 \
+              where id in (select id from cairnq_tasks order by id limit $1)",
+            &[&(total - queued)],
+        )
+        .await
+        .expect("settling most of it");
+    let rows = client
+        .query(
+            "update cairnq_tasks set status = 'running', worker_id = $1, attempt = 1, \
+                    lease_until_ms = 9000000000000 \
+              where id in (select id from cairnq_tasks where status = 'queued' order by id limit $2) \
+             returning id",
+            &[&WORKER, &running],
+        )
+        .await
+        .expect("claiming a batch");
+    rows.iter().map(|r| r.get(0)).collect()
+}
+
+/// `EXPLAIN` of the statements a worker runs at full speed, on the backlog
+/// of [`stale_backlog`]. With `analyze`, each runs for real (with buffers
+/// and timings) inside a transaction that is rolled back.
+pub async fn explain_hot_statements(client: &mut Client, running: &[String], analyze: bool) -> Vec<Plan> {
+    let ids: Vec<String> = running.to_vec();
+    let results = serde_json::Value::Object(
+        ids.iter().map(|id| (id.clone(), serde_json::json!({"ok": true}))).collect(),
+    );
+    let queues = vec![QUEUE.to_owned()];
+    let names = vec![NAME.to_owned()];
+    let lease_ms = 30_000_i64;
+    let limit = 512_i64;
+    let envelope = serde_json::json!({"type": "LeaseExpired", "code": "lease_expired"});
+    let cases: Vec<(Statement, Binds<'_>)> = vec![
+        (Statement::ClaimableProbe, vec![("queues", &queues), ("names", &names)]),
+        (
+            Statement::ClaimOneQueueOneName,
+            vec![
+                ("worker_id", &"plans-other"),
+                ("lease_ms", &lease_ms),
+                ("queue", &QUEUE),
+                ("name", &NAME),
+                ("limit", &limit),
+            ],
+        ),
+        (Statement::CompleteBatch, vec![("results", &results), ("ids", &ids), ("worker_id", &WORKER)]),
+        (Statement::HeartbeatBatch, vec![("lease_ms", &lease_ms), ("ids", &ids), ("worker_id", &WORKER)]),
+        (Statement::RecoverLeases, vec![("lease_expired_error", &envelope)]),
+    ];
+    let mut plans = Vec::new();
+    for (stmt, binds) in cases {
+        plans.push(Plan { statement: stmt.name(), text: explain(client, stmt, &binds, analyze).await });
+    }
+    plans
+}
+
+async fn explain(
+    client: &mut Client,
+    stmt: Statement,
+    binds: &Binds<'_>,
+    analyze: bool,
+) -> String {
+    let def = stmt.def();
+    let bound: Vec<&str> = binds.iter().map(|(n, _)| *n).collect();
+    let sql = waymark_dialect::specialise(def.sql, &bound).expect("specialise");
+    let rewritten = waymark_dialect::rewrite(&sql).expect("rewrite");
+    let order = rewritten.bind_order(&bound).expect("every parameter bound");
+    let types: Vec<Type> = rewritten
+        .names()
+        .iter()
+        .map(|n| match def.param(n).expect("declared").ty {
+            ParamType::Bool => Type::BOOL,
+            ParamType::Int4 => Type::INT4,
+            ParamType::Int8 => Type::INT8,
+            ParamType::Float8 => Type::FLOAT8,
+            ParamType::Text => Type::TEXT,
+            ParamType::TextArray => Type::TEXT_ARRAY,
+            ParamType::Jsonb => Type::JSONB,
+        })
+        .collect();
+    let params: Vec<(&(dyn ToSql + Sync), Type)> =
+        order.iter().zip(types).map(|(&i, ty)| (binds[i].1, ty)).collect();
+    let options = if analyze { "analyze, buffers, costs off" } else { "costs off" };
+    let tx = client.transaction().await.expect("begin");
+    let rows = tx
+        .query_typed(&format!("explain ({options}) {}", rewritten.sql()), &params)
+        .await
+        .unwrap_or_else(|e| panic!("explain {}: {e}", stmt.name()));
+    tx.rollback().await.expect("rollback");
+    rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n")
+}
