@@ -1,10 +1,10 @@
--- params: tasks jsonb
--- waymark addition: insert_task for many tasks in one statement. tasks is a
--- JSON array of objects with the keys of insert_task's parameters (id,
--- name, queue, payload, metadata, max_attempts, priority, delay_ms,
--- parent_id, root_id, correlation_id). Every row is queued and due
--- delay_ms after the one database clock reading; rows come back in no
--- particular order. A JSON null payload stays JSON null, as with insert_task.
+-- params: ids text[], names text[], queues text[], payloads jsonb[], metadata jsonb[], max_attempts int4[], priorities int4[], delays_ms int8[], parent_ids text[], root_ids text[], correlation_ids text[]
+-- waymark addition: insert_task for many tasks in one statement. Each
+-- parameter is an array with one element per task, all of one length, in
+-- the order of insert_task's parameters (parent_ids and correlation_ids may
+-- hold NULLs). Every row is queued and due delays_ms after the one database
+-- clock reading. Only the ids come back, in no particular order: the
+-- caller made every other value, and whole rows cost both sides.
 with clock as (
     select (extract(epoch from clock_timestamp()) * 1000)::bigint as now_ms
 )
@@ -12,13 +12,15 @@ insert into cairnq_tasks (
     id, name, queue, status, payload, metadata, attempt, max_attempts, priority,
     run_at_ms, parent_id, root_id, correlation_id, created_at_ms, updated_at_ms
 )
-select r.id, r.name, r.queue, 'queued', coalesce(r.payload, 'null'::jsonb),
-       coalesce(r.metadata, 'null'::jsonb), 0, r.max_attempts, r.priority,
+select r.id, r.name, r.queue, 'queued', r.payload, r.metadata, 0, r.max_attempts, r.priority,
        clock.now_ms + r.delay_ms, r.parent_id, r.root_id, r.correlation_id,
        clock.now_ms, clock.now_ms
   from clock,
-       jsonb_to_recordset(:tasks) as r(
-           id text, name text, queue text, payload jsonb, metadata jsonb, max_attempts int4,
-           priority int4, delay_ms int8, parent_id text, root_id text, correlation_id text
+       unnest(
+           :ids, :names, :queues, :payloads, :metadata, :max_attempts, :priorities,
+           :delays_ms, :parent_ids, :root_ids, :correlation_ids
+       ) as r(
+           id, name, queue, payload, metadata, max_attempts, priority,
+           delay_ms, parent_id, root_id, correlation_id
        )
-returning *
+returning id

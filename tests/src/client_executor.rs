@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio_postgres::{Client, NoTls};
-use waymark_pool::codec::{decode_row, map_error, typed_params};
+use waymark_pool::codec::{decode_rows, map_error, typed_params};
 use waymark_store::{ExecError, PgExecutor, PgSession, PgTransaction, Row, Sql, Value};
 
 /// One connection shared by every call; a transaction holds it exclusively.
@@ -37,7 +37,7 @@ async fn query(client: &Client, sql: Sql<'_>, params: &[Value]) -> Result<Vec<Ro
     let refs: Vec<_> =
         typed.iter().map(|(p, t)| (p as &(dyn tokio_postgres::types::ToSql + Sync), t.clone())).collect();
     let rows = client.query_typed(sql.text, &refs).await.map_err(map_error)?;
-    rows.iter().map(decode_row).collect()
+    decode_rows(&rows)
 }
 
 #[async_trait]

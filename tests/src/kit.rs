@@ -580,23 +580,54 @@ pub async fn release_gives_a_task_back_without_spending_its_attempt<E: PgExecuto
     assert_eq!((again.len(), again[0].id.as_str(), again[0].attempt), (1, a.id.as_str(), 1));
 }
 
-/// A batched submit: one statement, the tasks back in the order given, each
-/// with every field a single submit sets; keyed tasks are refused.
+/// A batched submit: one statement, the ids back in the order given, each
+/// task with every field a single submit sets (per task, optional ones
+/// too); keyed tasks are refused.
 pub async fn submit_batch_inserts_many_in_order<E: PgExecutor>(store: &Store<E>) {
+    let parent = store.submit(NewTask::new("parent", json!({}))).await.expect("parent");
     let batch: Vec<NewTask> = (0..300)
         .map(|i| {
-            NewTask::new("batch", json!({ "i": i })).queue("bq").priority(i % 3).metadata(json!({"m": i}))
+            let t = NewTask::new("batch", json!({ "i": i }))
+                .queue("bq")
+                .priority(i % 3)
+                .max_attempts(1 + i % 4)
+                .metadata(json!({"m": i}));
+            match i % 3 {
+                0 => t,
+                1 => t.delay_ms(60_000).correlation_id(format!("c{i}")),
+                _ => t.parent_id(&parent.id).root_id(parent.root_id.clone().unwrap_or_default()),
+            }
         })
         .collect();
-    let made = store.submit_batch(&batch).await.expect("batch");
-    assert_eq!(made.len(), 300);
-    for (i, t) in made.iter().enumerate() {
+    let ids = store.submit_batch(&batch).await.expect("batch");
+    assert_eq!(ids.len(), 300);
+    for (i, id) in ids.iter().enumerate() {
+        let t = store.fetch(id).await.expect("each task is there");
         assert_eq!(t.payload, json!({ "i": i }), "in the order given");
-        assert_eq!((t.status, t.attempt, t.priority), (TaskStatus::Queued, 0, i as i32 % 3));
-        assert_eq!(t.root_id.as_deref(), Some(t.id.as_str()));
+        assert_eq!((t.name.as_str(), t.queue.as_str()), ("batch", "bq"));
+        assert_eq!(
+            (t.status, t.attempt, t.priority, t.max_attempts),
+            (TaskStatus::Queued, 0, i as i32 % 3, 1 + i as i32 % 4)
+        );
         assert_eq!(t.metadata, json!({"m": i}));
+        match i % 3 {
+            0 => {
+                assert_eq!((t.root_id.as_deref(), t.parent_id.as_deref()), (Some(id.as_str()), None));
+                assert_eq!((t.correlation_id.as_deref(), t.run_at_ms), (None, t.created_at_ms));
+            }
+            1 => {
+                assert_eq!(t.correlation_id, Some(format!("c{i}")));
+                assert_eq!(t.run_at_ms, t.created_at_ms + 60_000, "delayed by its own delay");
+            }
+            _ => {
+                assert_eq!(t.parent_id.as_deref(), Some(parent.id.as_str()));
+                assert_eq!(t.root_id, parent.root_id);
+            }
+        }
     }
-    assert_eq!(store.stats(Some("bq")).await.expect("stats")["bq"].queued, 300);
+    let nulls = store.submit_batch(&[NewTask::new("batch", json!(null)).queue("bq")]).await.expect("null");
+    assert_eq!(store.fetch(&nulls[0]).await.expect("get").payload, json!(null), "a JSON null payload stays");
+    assert_eq!(store.stats(Some("bq")).await.expect("stats")["bq"].queued, 301);
     assert!(store.submit_batch(&[]).await.expect("empty").is_empty());
     let keyed = vec![NewTask::new("batch", json!({})), NewTask::new("batch", json!({})).key("k")];
     match store.submit_batch(&keyed).await {
@@ -610,7 +641,7 @@ pub async fn submit_batch_inserts_many_in_order<E: PgExecutor>(store: &Store<E>)
     }
     assert_eq!(
         store.stats(Some("bq")).await.expect("stats")["bq"].queued,
-        300,
+        301,
         "refused batches wrote nothing"
     );
 }

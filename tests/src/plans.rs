@@ -12,7 +12,7 @@
 
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Client;
-use waymark_store::protocol::{ParamType, Statement};
+use waymark_store::protocol::Statement;
 
 /// The worker whose running batch the backlog holds.
 pub const WORKER: &str = "plans-worker";
@@ -119,12 +119,7 @@ pub async fn explain_hot_statements(client: &mut Client, running: &[String], ana
     plans
 }
 
-async fn explain(
-    client: &mut Client,
-    stmt: Statement,
-    binds: &Binds<'_>,
-    analyze: bool,
-) -> String {
+async fn explain(client: &mut Client, stmt: Statement, binds: &Binds<'_>, analyze: bool) -> String {
     let def = stmt.def();
     let bound: Vec<&str> = binds.iter().map(|(n, _)| *n).collect();
     let sql = waymark_dialect::specialise(def.sql, &bound).expect("specialise");
@@ -133,15 +128,7 @@ async fn explain(
     let types: Vec<Type> = rewritten
         .names()
         .iter()
-        .map(|n| match def.param(n).expect("declared").ty {
-            ParamType::Bool => Type::BOOL,
-            ParamType::Int4 => Type::INT4,
-            ParamType::Int8 => Type::INT8,
-            ParamType::Float8 => Type::FLOAT8,
-            ParamType::Text => Type::TEXT,
-            ParamType::TextArray => Type::TEXT_ARRAY,
-            ParamType::Jsonb => Type::JSONB,
-        })
+        .map(|n| waymark_pool::codec::pg_type(def.param(n).expect("declared").ty))
         .collect();
     let params: Vec<(&(dyn ToSql + Sync), Type)> =
         order.iter().zip(types).map(|(&i, ty)| (binds[i].1, ty)).collect();

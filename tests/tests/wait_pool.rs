@@ -94,12 +94,12 @@ async fn five_thousand_waiters_share_one_listener() {
     listening(&store).await;
     let batch: Vec<NewTask> =
         (0..5000).map(|i| NewTask::new("many", json!({ "i": i })).queue("many")).collect();
-    let tasks = store.submit_batch(&batch).await.expect("submit");
+    let ids = store.submit_batch(&batch).await.expect("submit");
     let started = Instant::now();
-    let waiters: Vec<_> = tasks
+    let waiters: Vec<_> = ids
         .iter()
-        .map(|t| {
-            let (store, id) = (store.clone(), t.id.clone());
+        .map(|id| {
+            let (store, id) = (store.clone(), id.clone());
             tokio::spawn(async move { store.wait(&id, Duration::from_secs(120)).await })
         })
         .collect();

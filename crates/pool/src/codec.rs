@@ -17,6 +17,9 @@ pub fn pg_type(ty: ParamType) -> Type {
         ParamType::Text => Type::TEXT,
         ParamType::TextArray => Type::TEXT_ARRAY,
         ParamType::Jsonb => Type::JSONB,
+        ParamType::Int4Array => Type::INT4_ARRAY,
+        ParamType::Int8Array => Type::INT8_ARRAY,
+        ParamType::JsonbArray => Type::JSONB_ARRAY,
     }
 }
 
@@ -40,6 +43,10 @@ impl ToSql for Param<'_> {
             Value::Text(v) => v.to_sql(ty, out),
             Value::TextArray(v) => v.to_sql(ty, out),
             Value::Jsonb(v) => v.to_sql(ty, out),
+            Value::NullableTextArray(v) => v.to_sql(ty, out),
+            Value::Int4Array(v) => v.to_sql(ty, out),
+            Value::Int8Array(v) => v.to_sql(ty, out),
+            Value::JsonbArray(v) => v.to_sql(ty, out),
         }
     }
 
@@ -57,6 +64,22 @@ pub fn typed_params<'a>(types: &[ParamType], params: &'a [Value]) -> Vec<(Param<
 
 /// Decodes one tokio-postgres row into a [`Row`], by each column's type.
 pub fn decode_row(row: &tokio_postgres::Row) -> Result<Row, ExecError> {
+    Ok(Row::with_names(column_names(row), decode_values(row)?))
+}
+
+/// Decodes the rows of one result; they share one list of column names.
+pub fn decode_rows(rows: &[tokio_postgres::Row]) -> Result<Vec<Row>, ExecError> {
+    let Some(first) = rows.first() else { return Ok(Vec::new()) };
+    let names = column_names(first);
+    rows.iter().map(|row| Ok(Row::with_names(names.clone(), decode_values(row)?))).collect()
+}
+
+fn column_names(row: &tokio_postgres::Row) -> std::sync::Arc<[String]> {
+    row.columns().iter().map(|c| c.name().to_owned()).collect()
+}
+
+/// The values of one row, by each column's type.
+fn decode_values(row: &tokio_postgres::Row) -> Result<Vec<Value>, ExecError> {
     row.columns()
         .iter()
         .enumerate()
@@ -99,7 +122,7 @@ pub fn decode_row(row: &tokio_postgres::Row) -> Result<Row, ExecError> {
                     format!("column {} has type {ty}, which waymark does not decode", col.name()),
                 ));
             };
-            Ok((col.name().to_owned(), value))
+            Ok(value)
         })
         .collect()
 }

@@ -10,7 +10,7 @@ use waymark_store::{ExecError, ExecErrorKind, Lane, NotificationStream, PgExecut
 
 use crate::admission::{Gate, Permit, Refusal};
 use crate::breaker::{Breaker, Pass};
-use crate::codec::{decode_row, map_error, typed_params};
+use crate::codec::{decode_rows, map_error, typed_params};
 use crate::config::PgPoolBuilder;
 use crate::manager::{Conn, Manager};
 use crate::stats::{Counters, PoolStats};
@@ -405,7 +405,7 @@ pub(crate) async fn query_on(conn: &mut Conn, sql: Sql<'_>, params: &[Value]) ->
             rows
         }
     };
-    rows.map_err(map_error)?.iter().map(decode_row).collect()
+    decode_rows(&rows.map_err(map_error)?)
 }
 
 #[async_trait]

@@ -21,6 +21,12 @@ pub enum ParamType {
     TextArray,
     /// `jsonb`
     Jsonb,
+    /// `int4[]`
+    Int4Array,
+    /// `int8[]`
+    Int8Array,
+    /// `jsonb[]`
+    JsonbArray,
 }
 
 impl ParamType {
@@ -34,6 +40,9 @@ impl ParamType {
             ParamType::Text => "text",
             ParamType::TextArray => "text[]",
             ParamType::Jsonb => "jsonb",
+            ParamType::Int4Array => "int4[]",
+            ParamType::Int8Array => "int8[]",
+            ParamType::JsonbArray => "jsonb[]",
         }
     }
 
@@ -47,6 +56,9 @@ impl ParamType {
             ParamType::Text,
             ParamType::TextArray,
             ParamType::Jsonb,
+            ParamType::Int4Array,
+            ParamType::Int8Array,
+            ParamType::JsonbArray,
         ]
         .into_iter()
         .find(|ty| ty.sql_name() == name)

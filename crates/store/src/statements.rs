@@ -175,8 +175,11 @@ fn fits(ty: ParamType, value: &Value) -> bool {
             | (ParamType::Int8, Value::Int8(_))
             | (ParamType::Float8, Value::Float8(_))
             | (ParamType::Text, Value::Text(_))
-            | (ParamType::TextArray, Value::TextArray(_))
+            | (ParamType::TextArray, Value::TextArray(_) | Value::NullableTextArray(_))
             | (ParamType::Jsonb, Value::Jsonb(_))
+            | (ParamType::Int4Array, Value::Int4Array(_))
+            | (ParamType::Int8Array, Value::Int8Array(_))
+            | (ParamType::JsonbArray, Value::JsonbArray(_))
     )
 }
 

@@ -180,40 +180,49 @@ impl<E: PgExecutor> Store<E> {
         finish(tx, out, "submit").await
     }
 
-    /// Submits many tasks in one statement and one commit, in the order
-    /// given. Keyed tasks are refused (each key needs its own lock and
-    /// check: submit those one by one). At most 10,000 tasks per call.
-    pub async fn submit_batch(&self, tasks: &[NewTask]) -> Result<Vec<Task>> {
-        let (ids, rows) = batch_rows(tasks)?;
-        if ids.is_empty() {
+    /// Submits many tasks in one statement and one commit, and returns
+    /// their ids in the order given (read a task back with [`Store::get`]).
+    /// Keyed tasks are refused (each key needs its own lock and check:
+    /// submit those one by one). At most 10,000 tasks per call.
+    pub async fn submit_batch(&self, tasks: &[NewTask]) -> Result<Vec<String>> {
+        let batch = Batch::new(tasks)?;
+        if batch.ids.is_empty() {
             return Ok(Vec::new());
         }
-        let found = match self.insert_batch(&mut Autocommit(&self.exec), rows).await {
-            // Resent after its commit (see `submit`): every row is there.
+        let ids = batch.ids.clone();
+        match self.insert_batch(&mut Autocommit(&self.exec), batch).await {
+            // Resent after its commit (see `submit`): the ids are ours, so
+            // every row is there already.
             Err(e) if e.sqlstate() == Some("23505") => {
-                let mut found = Vec::with_capacity(ids.len());
                 for id in &ids {
-                    found.push(self.fetch(id).await?);
+                    self.fetch(id).await?;
                 }
-                found
+                Ok(ids)
             }
-            other => other?,
-        };
-        order_by_ids(found, &ids)
+            other => other,
+        }
     }
 
     /// [`Store::submit_batch`] inside the caller's transaction.
-    pub async fn submit_batch_in(&self, tx: &mut E::Transaction, tasks: &[NewTask]) -> Result<Vec<Task>> {
-        let (ids, rows) = batch_rows(tasks)?;
-        if ids.is_empty() {
+    pub async fn submit_batch_in(&self, tx: &mut E::Transaction, tasks: &[NewTask]) -> Result<Vec<String>> {
+        let batch = Batch::new(tasks)?;
+        if batch.ids.is_empty() {
             return Ok(Vec::new());
         }
-        let found = self.insert_batch(tx, rows).await?;
-        order_by_ids(found, &ids)
+        self.insert_batch(tx, batch).await
     }
 
-    async fn insert_batch<S: PgSession + ?Sized>(&self, s: &mut S, rows: Json) -> Result<Vec<Task>> {
-        tasks(s, Statement::InsertTaskBatch, vec![("tasks", Value::Jsonb(rows))]).await
+    async fn insert_batch<S: PgSession + ?Sized>(&self, s: &mut S, batch: Batch) -> Result<Vec<String>> {
+        let ids = batch.ids.clone();
+        let rows = run(s, Statement::InsertTaskBatch, batch.binds()).await?;
+        if rows.len() != ids.len() {
+            return Err(Error::Decode(format!(
+                "a batched submit of {} tasks inserted {} rows",
+                ids.len(),
+                rows.len()
+            )));
+        }
+        Ok(ids)
     }
 
     /// Submits a task inside the caller's transaction: it exists only if the
@@ -715,50 +724,84 @@ async fn insert<S: PgSession + ?Sized>(s: &mut S, t: &NewTask, id: &str) -> Resu
 const MAX_BATCH: usize = 10_000;
 
 /// Validates a batch and makes its ids and its JSON rows.
-fn batch_rows(tasks: &[NewTask]) -> Result<(Vec<String>, Json)> {
-    if tasks.len() > MAX_BATCH {
-        return Err(Error::invalid(format!("a batch holds at most {MAX_BATCH} tasks, got {}", tasks.len())));
-    }
-    let mut ids = Vec::with_capacity(tasks.len());
-    let mut rows = Vec::with_capacity(tasks.len());
-    for (i, t) in tasks.iter().enumerate() {
-        t.validate().map_err(|e| match e {
-            Error::InvalidArgument(why) => Error::invalid(format!("task {i} of the batch: {why}")),
-            other => other,
-        })?;
-        if t.key.is_some() {
-            return Err(Error::invalid(format!(
-                "task {i} of the batch has a key; keyed tasks are submitted one by one"
-            )));
-        }
-        let id = new_task_id();
-        rows.push(serde_json::json!({
-            "id": id,
-            "name": t.name,
-            "queue": t.queue,
-            "payload": t.payload,
-            "metadata": t.metadata,
-            "max_attempts": t.max_attempts,
-            "priority": t.priority,
-            "delay_ms": t.delay_ms,
-            "parent_id": t.parent_id,
-            "root_id": t.root_id.clone().unwrap_or_else(|| id.clone()),
-            "correlation_id": t.correlation_id,
-        }));
-        ids.push(id);
-    }
-    Ok((ids, Json::Array(rows)))
+/// A batched submit's columns, one array each, checked and with fresh ids.
+struct Batch {
+    ids: Vec<String>,
+    names: Vec<String>,
+    queues: Vec<String>,
+    payloads: Vec<Json>,
+    metadata: Vec<Json>,
+    max_attempts: Vec<i32>,
+    priorities: Vec<i32>,
+    delays_ms: Vec<i64>,
+    parent_ids: Vec<Option<String>>,
+    root_ids: Vec<String>,
+    correlation_ids: Vec<Option<String>>,
 }
 
-/// Puts the rows of a batch back in the order of its ids.
-fn order_by_ids(found: Vec<Task>, ids: &[String]) -> Result<Vec<Task>> {
-    let mut by_id: std::collections::HashMap<String, Task> =
-        found.into_iter().map(|t| (t.id.clone(), t)).collect();
-    ids.iter()
-        .map(|id| {
-            by_id.remove(id).ok_or_else(|| Error::Decode(format!("batched submit did not return {id}")))
-        })
-        .collect()
+impl Batch {
+    fn new(tasks: &[NewTask]) -> Result<Batch> {
+        if tasks.len() > MAX_BATCH {
+            return Err(Error::invalid(format!(
+                "a batch holds at most {MAX_BATCH} tasks, got {}",
+                tasks.len()
+            )));
+        }
+        let n = tasks.len();
+        let mut b = Batch {
+            ids: Vec::with_capacity(n),
+            names: Vec::with_capacity(n),
+            queues: Vec::with_capacity(n),
+            payloads: Vec::with_capacity(n),
+            metadata: Vec::with_capacity(n),
+            max_attempts: Vec::with_capacity(n),
+            priorities: Vec::with_capacity(n),
+            delays_ms: Vec::with_capacity(n),
+            parent_ids: Vec::with_capacity(n),
+            root_ids: Vec::with_capacity(n),
+            correlation_ids: Vec::with_capacity(n),
+        };
+        for (i, t) in tasks.iter().enumerate() {
+            t.validate().map_err(|e| match e {
+                Error::InvalidArgument(why) => Error::invalid(format!("task {i} of the batch: {why}")),
+                other => other,
+            })?;
+            if t.key.is_some() {
+                return Err(Error::invalid(format!(
+                    "task {i} of the batch has a key; keyed tasks are submitted one by one"
+                )));
+            }
+            let id = new_task_id();
+            b.root_ids.push(t.root_id.clone().unwrap_or_else(|| id.clone()));
+            b.ids.push(id);
+            b.names.push(t.name.clone());
+            b.queues.push(t.queue.clone());
+            b.payloads.push(t.payload.clone());
+            b.metadata.push(t.metadata.clone());
+            b.max_attempts.push(t.max_attempts);
+            b.priorities.push(t.priority);
+            b.delays_ms.push(t.delay_ms);
+            b.parent_ids.push(t.parent_id.clone());
+            b.correlation_ids.push(t.correlation_id.clone());
+        }
+        Ok(b)
+    }
+
+    fn binds(self) -> Binds {
+        vec![
+            ("ids", Value::TextArray(self.ids)),
+            ("names", Value::TextArray(self.names)),
+            ("queues", Value::TextArray(self.queues)),
+            ("payloads", Value::JsonbArray(self.payloads)),
+            ("metadata", Value::JsonbArray(self.metadata)),
+            ("max_attempts", Value::Int4Array(self.max_attempts)),
+            ("priorities", Value::Int4Array(self.priorities)),
+            ("delays_ms", Value::Int8Array(self.delays_ms)),
+            ("parent_ids", Value::NullableTextArray(self.parent_ids)),
+            ("root_ids", Value::TextArray(self.root_ids)),
+            ("correlation_ids", Value::NullableTextArray(self.correlation_ids)),
+        ]
+    }
 }
 
 async fn submit_keyed<S: PgSession + ?Sized>(s: &mut S, t: &NewTask) -> Result<Task> {

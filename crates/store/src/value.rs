@@ -1,5 +1,7 @@
 //! Driver-neutral parameter values and result rows.
 
+use std::sync::Arc;
+
 use serde_json::Value as Json;
 
 /// A parameter value or a column value, independent of any driver.
@@ -26,6 +28,14 @@ pub enum Value {
     TextArray(Vec<String>),
     /// `jsonb`
     Jsonb(Json),
+    /// `text[]` whose elements may be `NULL` (a batch's optional column).
+    NullableTextArray(Vec<Option<String>>),
+    /// `int4[]`
+    Int4Array(Vec<i32>),
+    /// `int8[]`
+    Int8Array(Vec<i64>),
+    /// `jsonb[]`
+    JsonbArray(Vec<Json>),
 }
 
 impl Value {
@@ -45,6 +55,10 @@ impl Value {
             Value::Text(_) => "text",
             Value::TextArray(_) => "text[]",
             Value::Jsonb(_) => "jsonb",
+            Value::NullableTextArray(_) => "text[] with nulls",
+            Value::Int4Array(_) => "int4[]",
+            Value::Int8Array(_) => "int8[]",
+            Value::JsonbArray(_) => "jsonb[]",
         }
     }
 }
@@ -111,38 +125,73 @@ impl<T: Into<Value>> From<Option<T>> for Value {
 }
 
 /// One result row: column names with their values, in the statement's order.
+///
+/// The rows of one result can share one list of names
+/// ([`Row::with_names`]), so a batch of rows costs no name per cell.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Row {
-    columns: Vec<(String, Value)>,
+    names: Arc<[String]>,
+    values: Vec<Value>,
 }
 
 impl Row {
     /// A row from `(column, value)` pairs.
     pub fn new(columns: Vec<(String, Value)>) -> Self {
-        Row { columns }
+        let (names, values): (Vec<String>, Vec<Value>) = columns.into_iter().unzip();
+        Row { names: names.into(), values }
+    }
+
+    /// A row of `values` under `names`, which the rows of one result may
+    /// share. Extra names or values past the shorter list are ignored.
+    pub fn with_names(names: Arc<[String]>, mut values: Vec<Value>) -> Self {
+        values.truncate(names.len());
+        Row { names, values }
+    }
+
+    fn position(&self, column: &str) -> Option<usize> {
+        self.names.iter().take(self.values.len()).position(|name| name == column)
     }
 
     /// The value of `column`, if the row has it.
     pub fn get(&self, column: &str) -> Option<&Value> {
-        self.columns.iter().find(|(name, _)| name == column).map(|(_, v)| v)
+        self.position(column).map(|i| &self.values[i])
     }
 
     /// Columns in order.
     pub fn columns(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.columns.iter().map(|(n, v)| (n.as_str(), v))
+        self.names.iter().map(String::as_str).zip(&self.values)
     }
 
     /// Takes `column` out of the row, leaving `Null` behind.
     pub fn take(&mut self, column: &str) -> Option<Value> {
-        self.columns
-            .iter_mut()
-            .find(|(name, _)| name == column)
-            .map(|(_, v)| std::mem::replace(v, Value::Null))
+        self.position(column).map(|i| std::mem::replace(&mut self.values[i], Value::Null))
     }
 }
 
 impl FromIterator<(String, Value)> for Row {
     fn from_iter<I: IntoIterator<Item = (String, Value)>>(iter: I) -> Self {
         Row::new(iter.into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_share_names_and_take_by_name() {
+        let names: Arc<[String]> = vec!["id".to_owned(), "n".to_owned()].into();
+        let mut a = Row::with_names(names.clone(), vec![Value::from("a"), Value::Int8(1)]);
+        let b = Row::with_names(names, vec![Value::from("b"), Value::Int8(2), Value::Bool(true)]);
+        assert_eq!(b.columns().count(), 2, "a value past the names is dropped");
+        assert_eq!(a.take("n"), Some(Value::Int8(1)));
+        assert_eq!(a.get("n"), Some(&Value::Null), "taken leaves null");
+        assert_eq!(a.take("missing"), None);
+        assert_eq!(b.get("id"), Some(&Value::from("b")));
+        let short = Row::with_names(vec!["x".to_owned(), "y".to_owned()].into(), vec![Value::Int4(1)]);
+        assert_eq!(short.get("y"), None, "a name without a value is not a column");
+        let pairs: Row =
+            [("id".to_owned(), Value::from("a")), ("n".to_owned(), Value::Int8(1))].into_iter().collect();
+        assert_eq!(pairs.columns().map(|(n, _)| n).collect::<Vec<_>>(), ["id", "n"]);
     }
 }
