@@ -3,24 +3,28 @@
 -- parameter is an array with one element per task, all of one length, in
 -- the order of insert_task's parameters (parent_ids and correlation_ids may
 -- hold NULLs). Every row is queued and due delays_ms after the one database
--- clock reading. Only the ids come back, in no particular order: the
--- caller made every other value, and whole rows cost both sides.
+-- clock reading. Only the count of rows inserted comes back: the caller
+-- made the ids and every other value, and rows back cost both sides.
 with clock as (
     select (extract(epoch from clock_timestamp()) * 1000)::bigint as now_ms
+),
+inserted as (
+    insert into cairnq_tasks (
+        id, name, queue, status, payload, metadata, attempt, max_attempts, priority,
+        run_at_ms, parent_id, root_id, correlation_id, created_at_ms, updated_at_ms
+    )
+    select r.id, r.name, r.queue, 'queued', r.payload, r.metadata, 0, r.max_attempts, r.priority,
+           clock.now_ms + r.delay_ms, r.parent_id, r.root_id, r.correlation_id,
+           clock.now_ms, clock.now_ms
+      from clock,
+           unnest(
+               :ids, :names, :queues, :payloads, :metadata, :max_attempts, :priorities,
+               :delays_ms, :parent_ids, :root_ids, :correlation_ids
+           ) as r(
+               id, name, queue, payload, metadata, max_attempts, priority,
+               delay_ms, parent_id, root_id, correlation_id
+           )
+    returning 1
 )
-insert into cairnq_tasks (
-    id, name, queue, status, payload, metadata, attempt, max_attempts, priority,
-    run_at_ms, parent_id, root_id, correlation_id, created_at_ms, updated_at_ms
-)
-select r.id, r.name, r.queue, 'queued', r.payload, r.metadata, 0, r.max_attempts, r.priority,
-       clock.now_ms + r.delay_ms, r.parent_id, r.root_id, r.correlation_id,
-       clock.now_ms, clock.now_ms
-  from clock,
-       unnest(
-           :ids, :names, :queues, :payloads, :metadata, :max_attempts, :priorities,
-           :delays_ms, :parent_ids, :root_ids, :correlation_ids
-       ) as r(
-           id, name, queue, payload, metadata, max_attempts, priority,
-           delay_ms, parent_id, root_id, correlation_id
-       )
-returning id
+select count(*) as inserted
+  from inserted

@@ -214,12 +214,14 @@ impl<E: PgExecutor> Store<E> {
 
     async fn insert_batch<S: PgSession + ?Sized>(&self, s: &mut S, batch: Batch) -> Result<Vec<String>> {
         let ids = batch.ids.clone();
-        let rows = run(s, Statement::InsertTaskBatch, batch.binds()).await?;
-        if rows.len() != ids.len() {
+        let inserted = match run_opt(s, Statement::InsertTaskBatch, batch.binds()).await? {
+            Some(mut row) => int8(&mut row, "inserted")?,
+            None => 0,
+        };
+        if inserted != ids.len() as i64 {
             return Err(Error::Decode(format!(
-                "a batched submit of {} tasks inserted {} rows",
-                ids.len(),
-                rows.len()
+                "a batched submit of {} tasks inserted {inserted} rows",
+                ids.len()
             )));
         }
         Ok(ids)

@@ -35,7 +35,7 @@ const DEFAULT_ROUNDS: usize = 3;
 const SCENARIOS: [&str; 4] = ["enqueue", "drain", "latency", "mixed"];
 
 /// Worker settings the drain tries: (concurrency, settle batch).
-const DRAIN_SETTINGS: [(usize, usize); 4] = [(128, 128), (512, 256), (1024, 512), (2048, 512)];
+const DRAIN_SETTINGS: [(usize, usize); 5] = [(128, 64), (512, 256), (1024, 512), (2048, 1024), (4096, 1024)];
 
 pub async fn run(args: &[String]) -> Result<(), String> {
     let (rounds, rest) = rounds_arg(args)?;
