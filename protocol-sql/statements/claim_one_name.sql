@@ -1,9 +1,14 @@
 -- params: worker_id text, lease_ms int8, queues text[], name text, limit int8
 -- claim for a single handler name over several queues.
 -- Rows come back in no particular order.
--- The picked ids reach the update as one array, so the update finds each row
--- through the primary key whatever the table's statistics say (a join on
--- the picked rows could be planned as a hash over the whole table).
+-- Each queue gives its best rows in the claim index's order (locking them,
+-- skipping locked ones), and the best `limit` of those are claimed: an
+-- index serves every queue's order even when stale statistics say most
+-- rows are queued (`queue = any(...)` with one sort over all queues was
+-- then planned as a sequential scan of the table). Rows picked in one
+-- queue but not claimed stay locked only until this statement's
+-- transaction ends. The ids reach the update as one array, so the update
+-- finds each row through the primary key (see claim_one_queue.sql).
 with clock as (
     select (extract(epoch from clock_timestamp()) * 1000)::bigint as now_ms
 )
@@ -15,14 +20,20 @@ update cairnq_tasks as t
        updated_at_ms = clock.now_ms
   from clock
  where t.id = any(array(
-           select id
-             from cairnq_tasks
-            where queue = any(:queues)
-              and status = 'queued'
-              and name = :name
-              and run_at_ms <= (select now_ms from clock)
-            order by priority desc, run_at_ms, id
+           select best.id
+             from unnest(:queues) as q(queue)
+            cross join lateral (
+                  select c.id, c.priority, c.run_at_ms
+                    from cairnq_tasks as c
+                   where c.queue = q.queue
+                     and c.status = 'queued'
+                     and c.name = :name
+                     and c.run_at_ms <= (select now_ms from clock)
+                   order by c.priority desc, c.run_at_ms, c.id
+                   limit :limit
+                     for update skip locked
+            ) as best
+            order by best.priority desc, best.run_at_ms, best.id
             limit :limit
-              for update skip locked
        ))
 returning t.*

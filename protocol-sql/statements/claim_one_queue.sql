@@ -4,6 +4,8 @@
 -- The picked ids reach the update as one array, so the update finds each row
 -- through the primary key whatever the table's statistics say (a join on
 -- the picked rows could be planned as a hash over the whole table).
+-- With several names, rows of other names in the queue are read past in the
+-- claim index's order; a worker with one handler uses claim_one_queue_one_name.
 with clock as (
     select (extract(epoch from clock_timestamp()) * 1000)::bigint as now_ms
 )

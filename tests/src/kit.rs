@@ -553,12 +553,20 @@ pub async fn settle_batch_of_one_workers_completes_answers_each<E: PgExecutor>(s
     assert_eq!(store.fetch(&ids[0]).await.expect("get").result, Some(json!({"r": 0})));
     assert_eq!(store.fetch(&ids[2]).await.expect("get").result, Some(json!("early")));
     assert_eq!(store.fetch(&ids[3]).await.expect("get").result, Some(json!([3])));
+    let live = store.submit(NewTask::new("b", json!({}))).await.expect("submit");
+    assert_eq!(store.claim(&claim("w1")).await.expect("claim")[0].id, live.id);
     let bad = vec![
-        complete(&ids[0], json!(1)),
+        complete(&live.id, json!(1)),
         Settlement::Complete { id: String::new(), worker_id: "w1".into(), result: json!(1) },
     ];
-    let err = store.settle_batch(&bad).await.expect_err("an empty id is refused before any SQL");
+    let err = store.settle_batch(&bad).await.expect_err("an empty id is refused");
     assert!(matches!(err, Error::InvalidArgument(ref why) if why.contains("task id")), "{err}");
+    let still = store.fetch(&live.id).await.expect("get");
+    assert_eq!(
+        still.status,
+        TaskStatus::Running,
+        "refused before any SQL: the good one is not settled either"
+    );
 }
 
 /// `release` puts a running task back, due now, with its attempt unspent;

@@ -26,8 +26,8 @@ type Binds<'a> = Vec<(&'static str, &'a (dyn ToSql + Sync))>;
 /// One explained statement.
 #[derive(Debug)]
 pub struct Plan {
-    /// The statement's catalogue name.
-    pub statement: &'static str,
+    /// The statement's catalogue name, and how it was called.
+    pub statement: String,
     /// `EXPLAIN`'s text.
     pub text: String,
 }
@@ -92,37 +92,103 @@ pub async fn explain_hot_statements(client: &mut Client, running: &[String], ana
         ids.iter().map(|id| (id.clone(), serde_json::json!({"ok": true}))).collect(),
     );
     let queues = vec![QUEUE.to_owned()];
+    let two_queues = vec![QUEUE.to_owned(), "plans-other".to_owned()];
     let names = vec![NAME.to_owned()];
+    let two_names = vec![NAME.to_owned(), "plans.other".to_owned()];
+    let any_name: Option<Vec<String>> = None;
     let lease_ms = 30_000_i64;
     let limit = 512_i64;
+    let other = "plans-other";
     let envelope = serde_json::json!({"type": "LeaseExpired", "code": "lease_expired"});
-    let cases: Vec<(Statement, Binds<'_>)> = vec![
-        (Statement::ClaimableProbe, vec![("queues", &queues), ("names", &names)]),
-        (
-            Statement::ClaimOneQueueOneName,
-            vec![
-                ("worker_id", &"plans-other"),
+    let cases = vec![
+        Case {
+            stmt: Statement::ClaimableProbe,
+            how: "names given",
+            binds: vec![("queues", &queues), ("names", &names)],
+        },
+        Case {
+            stmt: Statement::ClaimableProbe,
+            how: "any name",
+            binds: vec![("queues", &queues), ("names", &any_name)],
+        },
+        Case {
+            stmt: Statement::ClaimOneQueueOneName,
+            how: "",
+            binds: vec![
+                ("worker_id", &other),
                 ("lease_ms", &lease_ms),
                 ("queue", &QUEUE),
                 ("name", &NAME),
                 ("limit", &limit),
             ],
-        ),
-        (Statement::CompleteBatch, vec![("results", &results), ("ids", &ids), ("worker_id", &WORKER)]),
-        (Statement::HeartbeatBatch, vec![("lease_ms", &lease_ms), ("ids", &ids), ("worker_id", &WORKER)]),
-        (Statement::RecoverLeases, vec![("lease_expired_error", &envelope)]),
+        },
+        Case {
+            stmt: Statement::ClaimOneQueue,
+            how: "two names",
+            binds: vec![
+                ("worker_id", &other),
+                ("lease_ms", &lease_ms),
+                ("queue", &QUEUE),
+                ("names", &two_names),
+                ("limit", &limit),
+            ],
+        },
+        Case {
+            stmt: Statement::Claim,
+            how: "two queues, any name",
+            binds: vec![
+                ("worker_id", &other),
+                ("lease_ms", &lease_ms),
+                ("queues", &two_queues),
+                ("names", &any_name),
+                ("limit", &limit),
+            ],
+        },
+        Case {
+            stmt: Statement::CompleteBatch,
+            how: "",
+            binds: vec![("results", &results), ("ids", &ids), ("worker_id", &WORKER)],
+        },
+        Case {
+            stmt: Statement::HeartbeatBatch,
+            how: "",
+            binds: vec![("lease_ms", &lease_ms), ("ids", &ids), ("worker_id", &WORKER)],
+        },
+        Case { stmt: Statement::RecoverLeases, how: "", binds: vec![("lease_expired_error", &envelope)] },
     ];
     let mut plans = Vec::new();
-    for (stmt, binds) in cases {
-        plans.push(Plan { statement: stmt.name(), text: explain(client, stmt, &binds, analyze).await });
+    for case in cases {
+        let statement = if case.how.is_empty() {
+            case.stmt.name().to_owned()
+        } else {
+            format!("{} ({})", case.stmt.name(), case.how)
+        };
+        // The store specialises the optional filters of the values bound
+        // non-null; here that is every one but the `any name` cases.
+        let null = if case.how.contains("any name") { &["names"][..] } else { &[] };
+        plans.push(Plan { statement, text: explain(client, case.stmt, &case.binds, null, analyze).await });
     }
     plans
 }
 
-async fn explain(client: &mut Client, stmt: Statement, binds: &Binds<'_>, analyze: bool) -> String {
+/// One statement to explain, and the values to bind.
+struct Case<'a> {
+    stmt: Statement,
+    how: &'static str,
+    binds: Binds<'a>,
+}
+
+async fn explain(
+    client: &mut Client,
+    stmt: Statement,
+    binds: &Binds<'_>,
+    null: &[&str],
+    analyze: bool,
+) -> String {
     let def = stmt.def();
     let bound: Vec<&str> = binds.iter().map(|(n, _)| *n).collect();
-    let sql = waymark_dialect::specialise(def.sql, &bound).expect("specialise");
+    let non_null: Vec<&str> = bound.iter().copied().filter(|n| !null.contains(n)).collect();
+    let sql = waymark_dialect::specialise(def.sql, &non_null).expect("specialise");
     let rewritten = waymark_dialect::rewrite(&sql).expect("rewrite");
     let order = rewritten.bind_order(&bound).expect("every parameter bound");
     let types: Vec<Type> = rewritten

@@ -446,3 +446,57 @@ async fn shutdown_under_load_gives_unfinished_tasks_back_at_once() {
     assert!(again.iter().all(|t| t.attempt == 1), "no attempt was burnt by the shutdown");
     schema.drop().await;
 }
+
+/// A worker busy with a deep backlog skips the probe on most claims, yet it
+/// still probes (on its polls, and at least once per poll interval), and so
+/// recovers a lease another worker let expire while its own backlog is
+/// still draining.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_worker_still_recovers_expired_leases_every_poll_interval() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let backlog: Vec<NewTask> =
+        (0..3000).map(|i| NewTask::new("busy", json!({ "i": i })).queue("busy")).collect();
+    store.submit_batch(&backlog).await.expect("backlog");
+    let ghost = store
+        .submit(NewTask::new("busy", json!({"ghost": true})).queue("busy").priority(10))
+        .await
+        .expect("ghost");
+    let taken = store
+        .claim(&ClaimRequest::new("ghost-worker", ["busy"]).limit(1).lease_ms(100))
+        .await
+        .expect("the ghost claims it");
+    assert_eq!(taken[0].id, ghost.id);
+
+    let w = Worker::builder(store.clone())
+        .queues(["busy"])
+        .concurrency(16)
+        .poll_interval(Duration::from_millis(300))
+        .task("busy", |_ctx, _p: serde_json::Value| async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok(())
+        })
+        .build()
+        .expect("worker");
+    let (handle, run) = spawn(w);
+    let started = Instant::now();
+    let s = store.clone();
+    let id = ghost.id.clone();
+    eventually(Duration::from_secs(3), "the expired lease to be recovered and the task run again", || {
+        let (s, id) = (s.clone(), id.clone());
+        async move {
+            let t = s.fetch(&id).await.expect("fetch");
+            t.status == TaskStatus::Succeeded && t.attempt == 2
+        }
+    })
+    .await;
+    let queued = store.stats(Some("busy")).await.expect("stats")["busy"].queued;
+    assert!(
+        queued > 0,
+        "recovered while the backlog still drained ({queued} left after {:?})",
+        started.elapsed()
+    );
+    handle.shutdown();
+    run.await.expect("worker ends");
+    schema.drop().await;
+}

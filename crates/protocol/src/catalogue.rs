@@ -168,6 +168,7 @@ catalogue! {
     CompleteBatch => "complete_batch",
     Fail => "fail",
     Release => "release",
+    LockTasks => "lock_tasks",
     LedgerCreate => "ledger_create",
     LedgerExists => "ledger_exists",
     LedgerLock => "ledger_lock",

@@ -195,8 +195,10 @@ impl NewTask {
     }
 }
 
-/// One claim pass.
+/// One claim pass. Made with [`ClaimRequest::new`] and its setters, so a
+/// new setting is not a breaking change.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ClaimRequest {
     /// The claiming worker.
     pub worker_id: String,

@@ -62,7 +62,9 @@ where
 pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {
     use Statement::*;
     let lane = match stmt {
-        Heartbeat | HeartbeatBatch | Succeed | Complete | CompleteBatch | Fail | Release => Lane::Critical,
+        Heartbeat | HeartbeatBatch | Succeed | Complete | CompleteBatch | Fail | Release | LockTasks => {
+            Lane::Critical
+        }
         _ => Lane::Ordinary,
     };
     let repeatable = matches!(

@@ -191,12 +191,10 @@ impl<E: PgExecutor> Store<E> {
         }
         let ids = batch.ids.clone();
         match self.insert_batch(&mut Autocommit(&self.exec), batch).await {
-            // Resent after its commit (see `submit`): the ids are ours, so
-            // every row is there already.
+            // Resent after its commit (see `submit`): the ids are ours and
+            // the insert is one statement, so if one row is there, all are.
             Err(e) if e.sqlstate() == Some("23505") => {
-                for id in &ids {
-                    self.fetch(id).await?;
-                }
+                self.fetch(&ids[0]).await?;
                 Ok(ids)
             }
             other => other,
@@ -551,7 +549,15 @@ impl<E: PgExecutor> Store<E> {
             return settle_all(&mut Autocommit(&self.exec), items, &plan).await;
         }
         let mut tx = self.begin(Lane::Critical).await?;
-        let out = settle_all(&mut tx, items, &plan).await;
+        let out = async {
+            // Several statements: take every row lock first, in id order.
+            let mut ids: Vec<String> = items.iter().map(|s| s.task_id().to_owned()).collect();
+            ids.sort();
+            ids.dedup();
+            run(&mut tx, Statement::LockTasks, vec![("ids", ids.into())]).await?;
+            settle_all(&mut tx, items, &plan).await
+        }
+        .await;
         finish(tx, out, "settle").await
     }
 }
@@ -577,6 +583,15 @@ pub enum Settlement {
         /// The failure.
         failure: Failure,
     },
+}
+
+impl Settlement {
+    /// The task this settlement is for.
+    pub fn task_id(&self) -> &str {
+        match self {
+            Settlement::Complete { id, .. } | Settlement::Fail { id, .. } => id,
+        }
+    }
 }
 
 /// The completes of a settlement batch grouped by worker (one statement

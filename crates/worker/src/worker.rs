@@ -437,6 +437,9 @@ async fn claim_loop<E: PgExecutor + 'static>(
                 if let Ok((asked, out)) = done {
                     reserved -= asked;
                     dry = !matches!(&out, Ok(tasks) if tasks.len() == asked);
+                    // A failed claim may have been the one that probed: the
+                    // next one probes (and so recovers leases) instead.
+                    probe_due |= out.is_err();
                     start_all(shared, settler, runs, out);
                 }
             }

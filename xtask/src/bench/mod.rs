@@ -31,7 +31,14 @@ const TASKS: usize = 20_000;
 const BATCH: usize = 500;
 const LATENCY_TASKS: usize = 200;
 const MIXED_FOR: Duration = Duration::from_secs(8);
-const DEFAULT_ROUNDS: usize = 3;
+/// Rounds per scenario: more where one run is short (its figure noisy),
+/// fewer where a run lasts seconds. An even count gives each system the
+/// first place equally often. `--rounds N` sets every scenario's.
+const ROUNDS_ENQUEUE_SINGLE: usize = 2;
+const ROUNDS_ENQUEUE_BATCH: usize = 8;
+const ROUNDS_DRAIN: usize = 4;
+const ROUNDS_LATENCY: usize = 2;
+const ROUNDS_MIXED: usize = 2;
 const SCENARIOS: [&str; 4] = ["enqueue", "drain", "latency", "mixed"];
 
 /// Worker settings the drain tries: (concurrency, settle batch).
@@ -52,18 +59,19 @@ pub async fn run(args: &[String]) -> Result<(), String> {
 }
 
 /// Takes `--rounds N` out of the arguments.
-fn rounds_arg(args: &[String]) -> Result<(usize, Vec<String>), String> {
-    let mut rounds = DEFAULT_ROUNDS;
+fn rounds_arg(args: &[String]) -> Result<(Option<usize>, Vec<String>), String> {
+    let mut rounds = None;
     let mut rest = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == "--rounds" {
             let n = it.next().ok_or("bench: --rounds needs a number")?;
-            rounds = n
-                .parse()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or(format!("bench: --rounds must be 1 or more, got {n:?}"))?;
+            rounds = Some(
+                n.parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or(format!("bench: --rounds must be 1 or more, got {n:?}"))?,
+            );
         } else {
             rest.push(a.clone());
         }
@@ -123,27 +131,28 @@ async fn rounds(rounds: usize, rows: &mut [Row], runs: &[RoundFn<'_>]) -> Result
     Ok(())
 }
 
-async fn all(which: &[&str], n: usize) -> Result<(), String> {
+async fn all(which: &[&str], rounds: Option<usize>) -> Result<(), String> {
+    let n = |default: usize| rounds.unwrap_or(default);
     let server = crate::demo::find_postgres().await?;
     let admin = waymark_tests::db::admin_client(&server).await;
     let sync: String =
         admin.query_one("show synchronous_commit", &[]).await.map_err(|e| e.to_string())?.get(0);
-    println!("bench: synchronous_commit = {sync}; {n} rounds; each run on a fresh database");
+    println!("bench: synchronous_commit = {sync}; each run on a fresh database");
     let mut rows = Vec::new();
     if which.contains(&"enqueue") {
         for producers in [1, 16] {
-            rows.extend(enqueue_single(&server, producers, n).await?);
+            rows.extend(enqueue_single(&server, producers, n(ROUNDS_ENQUEUE_SINGLE)).await?);
         }
-        rows.extend(enqueue_batch(&server, n).await?);
+        rows.extend(enqueue_batch(&server, n(ROUNDS_ENQUEUE_BATCH)).await?);
     }
     if which.contains(&"drain") {
-        rows.extend(drain(&server, n).await?);
+        rows.extend(drain(&server, n(ROUNDS_DRAIN)).await?);
     }
     if which.contains(&"latency") {
-        rows.extend(latency(&server, n).await?);
+        rows.extend(latency(&server, n(ROUNDS_LATENCY)).await?);
     }
     if which.contains(&"mixed") {
-        rows.extend(mixed(&server, n).await?);
+        rows.extend(mixed(&server, n(ROUNDS_MIXED)).await?);
     }
     report(&rows);
     Ok(())
