@@ -8,14 +8,16 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use waymark_pool::PgPool;
 use waymark_store::{ClaimRequest, NewTask, Store, TaskStatus};
-use waymark_tests::{pool_store, TestSchema};
+use waymark_tests::{pool_store, TestDatabase, TestSchema};
 
 waymark_tests::wait_contract!(waymark_tests::pool_store);
 
-/// Waits until the store's listener is up (its first "may have missed").
+/// Starts the store's done listener with a first wait, and waits until it
+/// is up (its first "may have missed").
 async fn listening(store: &Store<PgPool>) {
     let started = Instant::now();
-    // A wait on a finished task starts the listener if it is not up yet.
+    let first = store.wait("task_none", Duration::from_millis(1)).await;
+    assert!(first.is_err_and(|e| e.is_not_found()), "a wait on no task");
     while !store.is_listening() {
         assert!(started.elapsed() < Duration::from_secs(10), "the listener never came up");
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -89,8 +91,9 @@ async fn a_completion_racing_the_first_read_is_not_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_thousand_waiters_share_one_listener() {
-    let schema = TestSchema::new().await;
-    let store = Arc::new(pool_store(&schema).await);
+    // A database of its own: other tests' hubs would count too.
+    let db = TestDatabase::new().await;
+    let store = Arc::new(db_store(&db).await);
     listening(&store).await;
     let batch: Vec<NewTask> =
         (0..5000).map(|i| NewTask::new("many", json!({ "i": i })).queue("many")).collect();
@@ -124,7 +127,7 @@ async fn five_thousand_waiters_share_one_listener() {
         assert_eq!(w.await.expect("waiter").expect("wait").status, TaskStatus::Succeeded);
     }
     println!("5000 waiters returned {:?} after the first settlement began", started.elapsed());
-    let admin = waymark_tests::db::admin_client(&schema.url).await;
+    let admin = waymark_tests::db::admin_client(&db.url).await;
     let listeners: i64 = admin
         .query_one(
             "select count(*) from pg_stat_activity where datname = current_database() \
@@ -135,15 +138,17 @@ async fn five_thousand_waiters_share_one_listener() {
         .expect("pg_stat_activity")
         .get(0);
     assert_eq!(listeners, 1, "one listener session for every waiter");
-    schema.drop().await;
+    drop(store);
+    db.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waits_finish_across_a_killed_listener_and_listening_comes_back() {
-    let schema = TestSchema::new().await;
-    let store = Arc::new(pool_store(&schema).await);
+    // A database of its own: other tests' hubs would be counted (and killed).
+    let db = TestDatabase::new().await;
+    let store = Arc::new(db_store(&db).await);
     listening(&store).await;
-    let admin = waymark_tests::db::admin_client(&schema.url).await;
+    let admin = waymark_tests::db::admin_client(&db.url).await;
     let task = store.submit(NewTask::new("kill", json!({})).queue("kill")).await.expect("submit");
     store.claim(&ClaimRequest::new("w", ["kill"]).limit(1)).await.expect("claim");
     let waiter = {
@@ -196,5 +201,64 @@ async fn waits_finish_across_a_killed_listener_and_listening_comes_back() {
         returned.saturating_duration_since(committed) < Duration::from_millis(90),
         "pushed again after the reconnect"
     );
-    schema.drop().await;
+    drop(store);
+    db.drop().await;
+}
+
+/// A store on the built-in pool in a database of its own.
+async fn db_store(db: &TestDatabase) -> Store<PgPool> {
+    let pool = PgPool::builder(&db.url).max_size(4).build().expect("pool");
+    Store::connect(pool, waymark_store::ConnectOptions::default()).await.expect("connect")
+}
+
+/// Listener sessions of waymark-notify on the test's database.
+async fn notify_sessions(db: &TestDatabase) -> i64 {
+    let admin = waymark_tests::db::admin_client(&db.url).await;
+    admin
+        .query_one(
+            "select count(*) from pg_stat_activity where datname = current_database() \
+             and application_name = 'waymark-notify'",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get(0)
+}
+
+/// A store that only runs a worker listens to `cairnq_queued` alone: it
+/// never hears the end of every task. Its first wait adds the done stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_listens_to_queued_only_and_a_first_wait_adds_done() {
+    // A database of its own: hubs are shared per URL within the process.
+    let db = TestDatabase::new().await;
+    let pool = PgPool::builder(&db.url).max_size(4).build().expect("pool");
+    let store =
+        Arc::new(Store::connect(pool, waymark_store::ConnectOptions::default()).await.expect("connect"));
+    assert_eq!(notify_sessions(&db).await, 0, "connect listens to nothing yet");
+    let worker = waymark_worker::Worker::builder(store.clone())
+        .queues(["only"])
+        .poll_interval(Duration::from_secs(30))
+        .task("only", |_ctx, _p: serde_json::Value| async move { Ok(()) })
+        .build()
+        .expect("worker");
+    let handle = worker.handle();
+    let run = tokio::spawn(worker.run());
+    tokio::time::sleep(Duration::from_millis(500)).await; // the worker's watch listens
+    let started = Instant::now();
+    for i in 0..20 {
+        store.submit(NewTask::new("only", json!({ "i": i })).queue("only")).await.expect("submit");
+    }
+    while handle.settled() < 20 {
+        assert!(started.elapsed() < Duration::from_secs(10), "pushed by cairnq_queued, not its 30 s poll");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!store.is_listening(), "no done stream while nothing waits");
+    assert_eq!(notify_sessions(&db).await, 1, "one listener: cairnq_queued");
+
+    listening(&store).await;
+    assert_eq!(notify_sessions(&db).await, 2, "the first wait adds the cairnq_done listener");
+    handle.shutdown();
+    run.await.expect("worker ends");
+    drop(store);
+    db.drop().await;
 }

@@ -3,10 +3,16 @@
 //!
 //! A signal means "re-read now": the tables stay the truth, and every waiter
 //! backs its signal with a timer, so a lost, late or early notification costs
-//! at most one interval, never a wrong answer. One stream serves every waiter
-//! of a store (thousands of waits share one listener session): `cairnq_done`
-//! wakes the waiters of that task id, and "may have missed" (a reconnect, a
-//! lagging consumer, the end of the stream) wakes everyone.
+//! at most one interval, never a wrong answer. One stream per channel serves
+//! a store (thousands of waits share one listener session): `cairnq_done`
+//! wakes the waiters of that task id, `cairnq_queued` the watchers, and "may
+//! have missed" (a reconnect, a lagging consumer, the end of a stream) wakes
+//! everyone.
+//!
+//! Each channel is listened to from its first user on: `cairnq_queued` from
+//! the first watch, `cairnq_done` from the first wait (or a watch that asks
+//! for done signals). A worker process that never waits so never hears the
+//! done notification of every task the fleet settles.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -36,8 +42,27 @@ pub enum Signal {
     Poll,
 }
 
+/// A notification channel the store listens to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Channel {
+    /// `cairnq_queued`: watches.
+    Queued,
+    /// `cairnq_done`: waits.
+    Done,
+}
+
+impl Channel {
+    fn name(self) -> &'static str {
+        match self {
+            Channel::Queued => QUEUED_CHANNEL,
+            Channel::Done => DONE_CHANNEL,
+        }
+    }
+}
+
+/// The stream of one channel.
 #[derive(Debug, Default)]
-struct State {
+struct Slot {
     /// Whether a stream is being consumed now.
     listening: bool,
     /// Whether that stream has said it delivers (its first "may have
@@ -45,8 +70,23 @@ struct State {
     live: bool,
     /// When the store last asked the executor to listen.
     last_attempt: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    queued: Slot,
+    done_stream: Slot,
     /// Per task id: a counter bumped on each done signal.
     done: HashMap<String, watch::Sender<u64>>,
+}
+
+impl State {
+    fn slot(&mut self, channel: Channel) -> &mut Slot {
+        match channel {
+            Channel::Queued => &mut self.queued,
+            Channel::Done => &mut self.done_stream,
+        }
+    }
 }
 
 /// The router; shared by the clones of one store.
@@ -77,35 +117,37 @@ impl Default for Signals {
 }
 
 impl Signals {
-    /// Starts consuming the executor's LISTEN stream unless one is being
-    /// consumed, or was asked for within [`RELISTEN_AFTER`]. Costs nothing
-    /// while listening; without a listener the caller simply polls.
-    pub(crate) async fn ensure_listening<E: PgExecutor>(self: &Arc<Self>, exec: &E) {
+    /// Starts consuming the executor's LISTEN stream of `channel` unless one
+    /// is being consumed, or was asked for within [`RELISTEN_AFTER`]. Costs
+    /// nothing while listening; without a listener the caller simply polls.
+    pub(crate) async fn ensure_listening<E: PgExecutor>(self: &Arc<Self>, exec: &E, channel: Channel) {
         {
             let mut st = self.state.lock().expect("signals lock");
-            if st.listening || st.last_attempt.is_some_and(|t| t.elapsed() < RELISTEN_AFTER) {
+            let slot = st.slot(channel);
+            if slot.listening || slot.last_attempt.is_some_and(|t| t.elapsed() < RELISTEN_AFTER) {
                 return;
             }
-            st.last_attempt = Some(Instant::now());
+            slot.last_attempt = Some(Instant::now());
             // Claimed now, so concurrent callers do not listen twice.
-            st.listening = true;
+            slot.listening = true;
         }
         // Cancel safe: if the caller is dropped during the await below, the
         // guard gives the claim back, so a later call listens again.
-        let mut claim = ListenClaim(Some(self));
-        match exec.listen(&[QUEUED_CHANNEL, DONE_CHANNEL]).await {
+        let mut claim = ListenClaim(Some((self, channel)));
+        match exec.listen(&[channel.name()]).await {
             Ok(Some(stream)) => {
                 claim.0 = None; // the consumer owns the flag now
-                tokio::spawn(consume(Arc::downgrade(self), stream));
+                tokio::spawn(consume(Arc::downgrade(self), stream, channel));
             }
             Ok(None) => {}
             Err(e) => tracing::debug!(error = %e, "listen failed; waits poll until it comes back"),
         }
     }
 
-    /// Whether a LISTEN stream is being consumed and has begun delivering.
-    pub(crate) fn is_listening(&self) -> bool {
-        self.state.lock().expect("signals lock").live
+    /// Whether the stream of `channel` is being consumed and has begun
+    /// delivering.
+    pub(crate) fn is_listening(&self, channel: Channel) -> bool {
+        self.state.lock().expect("signals lock").slot(channel).live
     }
 
     /// Registers for the done signal of `task_id`. Register before reading
@@ -126,7 +168,7 @@ impl Signals {
         self.events.subscribe()
     }
 
-    fn dispatch(&self, event: ListenEvent) {
+    fn dispatch(&self, event: ListenEvent, channel: Channel) {
         match event {
             ListenEvent::Notification(n) if n.channel == DONE_CHANNEL => {
                 if let Some(tx) = self.state.lock().expect("signals lock").done.get(&n.payload) {
@@ -139,7 +181,7 @@ impl Signals {
             }
             ListenEvent::Notification(_) => {}
             ListenEvent::MayHaveMissed => {
-                self.state.lock().expect("signals lock").live = true;
+                self.state.lock().expect("signals lock").slot(channel).live = true;
                 self.wake_everyone();
             }
         }
@@ -153,27 +195,28 @@ impl Signals {
 
 /// Resets `listening` unless disarmed: a listen attempt that failed, said
 /// no, or was cancelled.
-struct ListenClaim<'a>(Option<&'a Signals>);
+struct ListenClaim<'a>(Option<(&'a Signals, Channel)>);
 
 impl Drop for ListenClaim<'_> {
     fn drop(&mut self) {
-        if let Some(s) = self.0 {
-            s.state.lock().unwrap_or_else(|p| p.into_inner()).listening = false;
+        if let Some((s, channel)) = self.0 {
+            s.state.lock().unwrap_or_else(|p| p.into_inner()).slot(channel).listening = false;
         }
     }
 }
 
 /// Routes one LISTEN stream until it ends or the store is gone.
-async fn consume(signals: Weak<Signals>, mut stream: NotificationStream) {
+async fn consume(signals: Weak<Signals>, mut stream: NotificationStream, channel: Channel) {
     while let Some(event) = stream.next().await {
         let Some(s) = signals.upgrade() else { return };
-        s.dispatch(event);
+        s.dispatch(event, channel);
     }
     if let Some(s) = signals.upgrade() {
         let was_live = {
             let mut st = s.state.lock().expect("signals lock");
-            st.listening = false;
-            std::mem::replace(&mut st.live, false)
+            let slot = st.slot(channel);
+            slot.listening = false;
+            std::mem::replace(&mut slot.live, false)
         };
         if was_live {
             tracing::debug!("the listen stream ended; waits poll until it comes back");

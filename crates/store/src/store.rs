@@ -118,8 +118,8 @@ impl<E: PgExecutor> Store<E> {
     pub async fn connect(exec: E, options: ConnectOptions) -> Result<Self> {
         let store = Store::new(exec);
         store.prepare(&options).await?;
-        // Step 5: start listening, so the first wait is already pushed.
-        store.signals.ensure_listening(&store.exec).await;
+        // Step 5, LISTEN, starts with each channel's first user: the first
+        // watch (`cairnq_queued`), the first wait (`cairnq_done`).
         Ok(store)
     }
 

@@ -14,7 +14,7 @@ use tokio::sync::broadcast;
 use crate::error::{Error, Result};
 use crate::executor::PgExecutor;
 use crate::options::NewTask;
-use crate::signals::Signal;
+use crate::signals::{Channel, Signal};
 use crate::store::Store;
 use crate::task::{Task, TaskStatus};
 
@@ -51,7 +51,7 @@ impl<E: PgExecutor> Store<E> {
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<Task> {
         let started = Instant::now();
         let mut subscription = self.signals.subscribe_done(id);
-        self.signals.ensure_listening(self.executor()).await;
+        self.signals.ensure_listening(self.executor(), Channel::Done).await;
         let mut backstop = FIRST_BACKSTOP;
         loop {
             let probe = {
@@ -69,7 +69,7 @@ impl<E: PgExecutor> Store<E> {
             }
             subscription.wait(backstop.min(left)).await;
             backstop = grow(backstop);
-            self.signals.ensure_listening(self.executor()).await;
+            self.signals.ensure_listening(self.executor(), Channel::Done).await;
         }
     }
 
@@ -106,7 +106,7 @@ impl<E: PgExecutor> Store<E> {
             // read below is the re-read that a registration must precede.
             if subscription.as_ref().is_none_or(|(id, _)| *id != state.id) {
                 subscription = Some((state.id.clone(), self.signals.subscribe_done(&state.id)));
-                self.signals.ensure_listening(self.executor()).await;
+                self.signals.ensure_listening(self.executor(), Channel::Done).await;
                 continue;
             }
             if state.status.is_terminal() {
@@ -120,7 +120,7 @@ impl<E: PgExecutor> Store<E> {
                 s.wait(backstop.min(left)).await;
             }
             backstop = grow(backstop);
-            self.signals.ensure_listening(self.executor()).await;
+            self.signals.ensure_listening(self.executor(), Channel::Done).await;
         }
     }
 
@@ -149,9 +149,30 @@ impl<E: PgExecutor> Store<E> {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        self.watch_with(queues, poll_interval, true)
+    }
+
+    /// [`Store::watch`] without the done signals: only queued and poll. It
+    /// listens to `cairnq_queued` alone, so a process that only claims (a
+    /// worker) never hears the done notification of every task the fleet
+    /// settles.
+    pub fn watch_queues<I, S>(&self, queues: I, poll_interval: Duration) -> Watch<'_, E>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.watch_with(queues, poll_interval, false)
+    }
+
+    fn watch_with<I, S>(&self, queues: I, poll_interval: Duration, done: bool) -> Watch<'_, E>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
         Watch {
             store: self,
             queues: queues.into_iter().map(Into::into).collect(),
+            done,
             events: self.signals.events(),
             poll_interval: poll_interval.max(Duration::from_millis(1)),
             next_poll: Instant::now() + poll_interval,
@@ -159,10 +180,10 @@ impl<E: PgExecutor> Store<E> {
         }
     }
 
-    /// Whether the store consumes a LISTEN stream now (waits are pushed);
-    /// false means waits and watches poll.
+    /// Whether waits are pushed now: the store consumes a `cairnq_done`
+    /// LISTEN stream (the first wait starts it). False means waits poll.
     pub fn is_listening(&self) -> bool {
-        self.signals.is_listening()
+        self.signals.is_listening(Channel::Done)
     }
 }
 
@@ -171,6 +192,8 @@ impl<E: PgExecutor> Store<E> {
 pub struct Watch<'a, E> {
     store: &'a Store<E>,
     queues: Vec<String>,
+    /// Whether done signals are wanted (and `cairnq_done` listened to).
+    done: bool,
     events: broadcast::Receiver<Signal>,
     poll_interval: Duration,
     next_poll: Instant,
@@ -178,19 +201,27 @@ pub struct Watch<'a, E> {
 }
 
 impl<E: PgExecutor> Watch<'_, E> {
+    async fn listen(&self) {
+        let (signals, exec) = (&self.store.signals, self.store.executor());
+        signals.ensure_listening(exec, Channel::Queued).await;
+        if self.done {
+            signals.ensure_listening(exec, Channel::Done).await;
+        }
+    }
+
     /// The next signal. The first call answers [`Signal::Poll`] at once, so
     /// the caller reads before it waits.
     pub async fn next(&mut self) -> Signal {
         if !self.started {
             self.started = true;
-            self.store.signals.ensure_listening(self.store.executor()).await;
+            self.listen().await;
             return Signal::Poll;
         }
         loop {
             let now = Instant::now();
             if now >= self.next_poll {
                 self.next_poll = now + self.poll_interval;
-                self.store.signals.ensure_listening(self.store.executor()).await;
+                self.listen().await;
                 return Signal::Poll;
             }
             let signal = tokio::time::timeout(self.next_poll - now, self.events.recv()).await;
@@ -201,6 +232,7 @@ impl<E: PgExecutor> Watch<'_, E> {
                         return Signal::Queued(q);
                     }
                 }
+                Ok(Ok(Signal::Done(_))) if !self.done => {}
                 Ok(Ok(other)) => return other,
                 Ok(Err(broadcast::error::RecvError::Lagged(_))) => return Signal::Poll,
                 Ok(Err(broadcast::error::RecvError::Closed)) => {

@@ -379,7 +379,7 @@ async fn claim_loop<E: PgExecutor + 'static>(
     runs: &mut JoinSet<()>,
 ) {
     let mut stop = shared.stop.subscribe();
-    let mut watch = shared.store.watch(shared.queues.iter().cloned(), shared.poll_interval);
+    let mut watch = shared.store.watch_queues(shared.queues.iter().cloned(), shared.poll_interval);
     let names: Vec<String> = shared.handlers.keys().cloned().collect();
     let request = ClaimRequest::new(shared.worker_id.to_string(), shared.queues.iter().cloned())
         .names(names)
