@@ -241,6 +241,9 @@ async fn heartbeats_keep_a_slow_task_and_a_paused_heartbeat_loses_it() {
         .queues(["lease"])
         .lease(Duration::from_millis(600))
         .heartbeat_interval(Duration::from_millis(100))
+        // No poll in the test's span: a probe of this worker's would find
+        // the expired lease and take the task back before the thief.
+        .poll_interval(Duration::from_secs(60))
         .task("slow", move |ctx, p: serde_json::Value| {
             let seen = seen.clone();
             async move {
