@@ -127,17 +127,7 @@ async fn five_thousand_waiters_share_one_listener() {
         assert_eq!(w.await.expect("waiter").expect("wait").status, TaskStatus::Succeeded);
     }
     println!("5000 waiters returned {:?} after the first settlement began", started.elapsed());
-    let admin = waymark_tests::db::admin_client(&db.url).await;
-    let listeners: i64 = admin
-        .query_one(
-            "select count(*) from pg_stat_activity where datname = current_database() \
-             and application_name = 'waymark-notify'",
-            &[],
-        )
-        .await
-        .expect("pg_stat_activity")
-        .get(0);
-    assert_eq!(listeners, 1, "one listener session for every waiter");
+    assert_eq!(notify_sessions(&db).await, 1, "one listener session for every waiter");
     drop(store);
     db.drop().await;
 }

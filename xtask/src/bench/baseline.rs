@@ -153,3 +153,21 @@ pub async fn listen(url: &str, notify: Arc<tokio::sync::Notify>) -> Result<Clien
     client.batch_execute("listen cairnq_queued").await.map_err(|e| format!("baseline listen: {e}"))?;
     Ok(client)
 }
+
+/// The baseline's consumer of the latency and mixed scenarios: `loops`
+/// claim loops on queue `raw`, woken by a LISTEN session on
+/// `cairnq_queued`, until `total` tasks are settled. Returns the listener
+/// (keep it alive) and the consumer's task.
+pub async fn woken_drain(
+    url: &str,
+    total: usize,
+    loops: usize,
+    on_start: Arc<dyn Fn(&serde_json::Value) + Send + Sync>,
+) -> Result<(Client, tokio::task::JoinHandle<Result<(), String>>), String> {
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let listener = listen(url, wake.clone()).await?;
+    let url = url.to_owned();
+    let consumer =
+        tokio::spawn(async move { drain(&url, "raw", total, loops, 500, on_start, Some(wake)).await });
+    Ok((listener, consumer))
+}

@@ -444,12 +444,8 @@ async fn latency(server: &str, n: usize) -> Result<Vec<Row>, String> {
         Box::pin(async move {
             let (url, _store) = fresh(server, "waymark_bench_latency").await?;
             let stamps = Arc::new(Stamps::default());
-            let wake = Arc::new(tokio::sync::Notify::new());
-            let _listener = baseline::listen(&url, wake.clone()).await?;
-            let consumer = tokio::spawn({
-                let (url, on_start, wake) = (url.clone(), stamps.on_start(), wake.clone());
-                async move { baseline::drain(&url, "raw", LATENCY_TASKS, 1, 500, on_start, Some(wake)).await }
-            });
+            let (_listener, consumer) =
+                baseline::woken_drain(&url, LATENCY_TASKS, 1, stamps.on_start()).await?;
             tokio::time::sleep(Duration::from_millis(500)).await;
             let client = baseline::connect(&url).await?;
             let clock = CpuClock::start();
@@ -512,17 +508,12 @@ async fn mixed(server: &str, n: usize) -> Result<Vec<Row>, String> {
         Box::pin(async move {
             let (url, _store) = fresh(server, "waymark_bench_mixed").await?;
             let stamps = Arc::new(Stamps::default());
-            let wake = Arc::new(tokio::sync::Notify::new());
-            let _listener = baseline::listen(&url, wake.clone()).await?;
             let total = Arc::new(std::sync::atomic::AtomicU64::new(0));
             let mut clients = Vec::new();
             for _ in 0..PRODUCERS {
                 clients.push(baseline::connect(&url).await?);
             }
-            let consumer = tokio::spawn({
-                let (url, on_start, wake) = (url.clone(), stamps.on_start(), wake.clone());
-                async move { baseline::drain(&url, "raw", usize::MAX, 2, 500, on_start, Some(wake)).await }
-            });
+            let (_listener, consumer) = baseline::woken_drain(&url, usize::MAX, 2, stamps.on_start()).await?;
             let clock = CpuClock::start();
             let started = Instant::now();
             let mut producers = Vec::new();
