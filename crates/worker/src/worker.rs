@@ -444,7 +444,8 @@ async fn claim_loop<E: PgExecutor + 'static>(
                 }
             }
             _ = shared.slot_freed.notified(), if slots_full => {}
-            signal = wakeup(&mut watch), if !slots_full => {
+            // A queued signal or a poll (a queue watch yields no done signals).
+            signal = watch.next(), if !slots_full => {
                 dry = false;
                 probe_due |= signal == Signal::Poll;
             }
@@ -465,17 +466,6 @@ fn start_all<E: PgExecutor + 'static>(
             }
         }
         Err(e) => shared.report("claim", e),
-    }
-}
-
-/// The next signal that can mean claimable work: a task queued in one of
-/// the worker's queues, or a poll. A done signal is someone else's news.
-async fn wakeup<E: PgExecutor>(watch: &mut waymark_store::Watch<'_, E>) -> Signal {
-    loop {
-        match watch.next().await {
-            Signal::Done(_) => continue,
-            other => return other,
-        }
     }
 }
 
