@@ -2,8 +2,9 @@
 -- waymark addition: insert_task for many tasks in one statement. Each
 -- parameter is an array with one element per task, all of one length, in
 -- the order of insert_task's parameters (parent_ids and correlation_ids may
--- hold NULLs). Every row is queued and due delays_ms after the one database
--- clock reading. Only the count of rows inserted comes back: the caller
+-- hold NULLs; a NULL root_id makes the task its own root, as insert_task's
+-- callers do for a top-level task). Every row is queued and due delays_ms
+-- after the one database clock reading. Only the count of rows inserted comes back: the caller
 -- made the ids and every other value, and rows back cost both sides.
 with clock as (
     select (extract(epoch from clock_timestamp()) * 1000)::bigint as now_ms
@@ -14,7 +15,7 @@ inserted as (
         run_at_ms, parent_id, root_id, correlation_id, created_at_ms, updated_at_ms
     )
     select r.id, r.name, r.queue, 'queued', r.payload, r.metadata, 0, r.max_attempts, r.priority,
-           clock.now_ms + r.delay_ms, r.parent_id, r.root_id, r.correlation_id,
+           clock.now_ms + r.delay_ms, r.parent_id, coalesce(r.root_id, r.id), r.correlation_id,
            clock.now_ms, clock.now_ms
       from clock,
            unnest(

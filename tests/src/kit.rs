@@ -181,6 +181,22 @@ pub async fn submit_in_commits_and_rolls_back_with_the_caller<E: PgExecutor>(sto
     let kept = store.submit_in(&mut tx, NewTask::new("x", json!({})).key("k1")).await.expect("keyed");
     tx.commit().await.expect("commit");
     assert_eq!(store.get_by_key("k1").await.expect("get").map(|t| t.id), Some(kept.id));
+
+    // A batch too: all of it with the caller's commit, none of it after a rollback.
+    let batch = || (0..3).map(|i| NewTask::new("x", json!({ "i": i })));
+    let mut tx = store.executor().begin().await.expect("begin");
+    let gone = store.submit_batch_in(&mut tx, batch()).await.expect("batch in");
+    tx.rollback().await.expect("rollback");
+    for id in &gone {
+        assert_eq!(store.get(id).await.expect("get"), None, "rolled back with the caller");
+    }
+    let mut tx = store.executor().begin().await.expect("begin");
+    let kept = store.submit_batch_in(&mut tx, batch()).await.expect("batch in");
+    tx.commit().await.expect("commit");
+    for (i, id) in kept.iter().enumerate() {
+        let t = store.fetch(id).await.expect("committed with the caller");
+        assert_eq!((t.payload, t.root_id.as_deref()), (json!({ "i": i }), Some(id.as_str())));
+    }
 }
 
 /// A settlement inside the caller's transaction commits with the caller's
@@ -607,7 +623,7 @@ pub async fn submit_batch_inserts_many_in_order<E: PgExecutor>(store: &Store<E>)
             }
         })
         .collect();
-    let ids = store.submit_batch(&batch).await.expect("batch");
+    let ids = store.submit_batch(batch).await.expect("batch");
     assert_eq!(ids.len(), 300);
     for (i, id) in ids.iter().enumerate() {
         let t = store.fetch(id).await.expect("each task is there");
@@ -633,17 +649,17 @@ pub async fn submit_batch_inserts_many_in_order<E: PgExecutor>(store: &Store<E>)
             }
         }
     }
-    let nulls = store.submit_batch(&[NewTask::new("batch", json!(null)).queue("bq")]).await.expect("null");
+    let nulls = store.submit_batch([NewTask::new("batch", json!(null)).queue("bq")]).await.expect("null");
     assert_eq!(store.fetch(&nulls[0]).await.expect("get").payload, json!(null), "a JSON null payload stays");
     assert_eq!(store.stats(Some("bq")).await.expect("stats")["bq"].queued, 301);
-    assert!(store.submit_batch(&[]).await.expect("empty").is_empty());
+    assert!(store.submit_batch([]).await.expect("empty").is_empty());
     let keyed = vec![NewTask::new("batch", json!({})), NewTask::new("batch", json!({})).key("k")];
-    match store.submit_batch(&keyed).await {
+    match store.submit_batch(keyed).await {
         Err(Error::InvalidArgument(why)) => assert!(why.contains("task 1") && why.contains("key"), "{why}"),
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
     let bad = vec![NewTask::new("", json!({}))];
-    match store.submit_batch(&bad).await {
+    match store.submit_batch(bad).await {
         Err(Error::InvalidArgument(why)) => assert!(why.starts_with("task 0 of the batch"), "{why}"),
         other => panic!("expected InvalidArgument, got {other:?}"),
     }

@@ -97,7 +97,7 @@ async fn five_thousand_waiters_share_one_listener() {
     listening(&store).await;
     let batch: Vec<NewTask> =
         (0..5000).map(|i| NewTask::new("many", json!({ "i": i })).queue("many")).collect();
-    let ids = store.submit_batch(&batch).await.expect("submit");
+    let ids = store.submit_batch(batch).await.expect("submit");
     let started = Instant::now();
     let waiters: Vec<_> = ids
         .iter()

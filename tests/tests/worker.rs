@@ -460,7 +460,7 @@ async fn a_busy_worker_still_recovers_expired_leases_every_poll_interval() {
     let store = Arc::new(pool_store(&schema).await);
     let backlog: Vec<NewTask> =
         (0..3000).map(|i| NewTask::new("busy", json!({ "i": i })).queue("busy")).collect();
-    store.submit_batch(&backlog).await.expect("backlog");
+    store.submit_batch(backlog).await.expect("backlog");
     let ghost = store
         .submit(NewTask::new("busy", json!({"ghost": true})).queue("busy").priority(10))
         .await

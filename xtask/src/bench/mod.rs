@@ -321,7 +321,7 @@ async fn backlog(store: &Store<PgPool>, queue: &str, n: usize) -> Result<(), Str
     for chunk in (0..n).collect::<Vec<_>>().chunks(BATCH) {
         let batch: Vec<NewTask> =
             chunk.iter().map(|i| NewTask::new("bench.noop", json!({ "n": i })).queue(queue)).collect();
-        store.submit_batch(&batch).await.map_err(|e| e.to_string())?;
+        store.submit_batch(batch).await.map_err(|e| e.to_string())?;
     }
     Ok(())
 }
