@@ -503,3 +503,62 @@ async fn a_busy_worker_still_recovers_expired_leases_every_poll_interval() {
     run.await.expect("worker ends");
     schema.drop().await;
 }
+
+/// A settlement that meets a passing failure (here the pool's only
+/// connection held elsewhere, so each try is refused as saturated) is tried
+/// again while the lease lasts, and lands once the connection is free: no
+/// settle error reaches the hook, and the task ends succeeded on its first
+/// attempt, long before its lease would have run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_refused_by_a_saturated_pool_is_tried_again() {
+    use waymark_store::{ConnectOptions, PgExecutor, PgTransaction};
+    let schema = TestSchema::new().await;
+    let pool = PgPool::builder(&schema.url)
+        .max_size(1)
+        .acquire_timeout(Duration::from_millis(50))
+        .schema(&schema.schema)
+        .build()
+        .expect("pool");
+    let store =
+        Arc::new(Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect"));
+    let task = store.submit(NewTask::new("held", json!({})).queue("held")).await.expect("submit");
+    let (started, gate) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (s, g, e) = (started.clone(), gate.clone(), errors.clone());
+    let w = Worker::builder(store.clone())
+        .queues(["held"])
+        .poll_interval(Duration::from_secs(60))
+        .on_error(move |err| e.lock().unwrap().push(err.during.clone()))
+        .task("held", move |_ctx, _p: serde_json::Value| {
+            let (s, g) = (s.clone(), g.clone());
+            async move {
+                s.notify_one();
+                g.notified().await;
+                Ok(())
+            }
+        })
+        .build()
+        .expect("worker");
+    let (handle, run) = spawn(w);
+    tokio::time::timeout(Duration::from_secs(10), started.notified()).await.expect("the handler starts");
+
+    let tx = store.executor().begin().await.expect("take the only connection");
+    gate.notify_one();
+    tokio::time::sleep(Duration::from_millis(400)).await; // several refused tries
+    tx.rollback().await.expect("give it back");
+
+    let s = store.clone();
+    let id = task.id.clone();
+    eventually(Duration::from_secs(10), "the settlement to land", || {
+        let (s, id) = (s.clone(), id.clone());
+        async move { s.fetch(&id).await.expect("fetch").status == TaskStatus::Succeeded }
+    })
+    .await;
+    assert_eq!(fetch(&store, &task.id).await.attempt, 1);
+    let settle_errors: Vec<String> =
+        errors.lock().unwrap().iter().filter(|d| d.starts_with("settle")).cloned().collect();
+    assert!(settle_errors.is_empty(), "a passing failure is not reported: {settle_errors:?}");
+    handle.shutdown();
+    run.await.expect("worker ends");
+    schema.drop().await;
+}

@@ -33,10 +33,14 @@ impl Settler {
     }
 
     pub(crate) async fn settle<E: PgExecutor>(&self, store: &Store<E>, s: Settlement) -> Result<Settled> {
-        let Some(tx) = &self.tx else { return settle_one(store, &s).await };
+        // The direct paths are boxed: a statement's future is large, and
+        // inline it would make every run's future large too, even when the
+        // batcher settles it (one allocation per task, of the size of the
+        // largest path).
+        let Some(tx) = &self.tx else { return Box::pin(settle_one(store, &s)).await };
         let (reply, answer) = oneshot::channel();
         if let Err(mpsc::error::SendError((s, _))) = tx.send((s, reply)) {
-            return settle_one(store, &s).await;
+            return Box::pin(settle_one(store, &s)).await;
         }
         match answer.await {
             Ok(out) => out,

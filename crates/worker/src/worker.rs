@@ -484,10 +484,10 @@ fn start_run<E: PgExecutor + 'static>(
     }
     let shared = shared.clone();
     let settler = settler.clone();
+    let task = Arc::new(task);
     runs.spawn(async move {
         // Whatever happens below, even a panic, the slot comes free.
         let _slot = Slot { shared: shared.clone(), running: running.clone() };
-        let task = Arc::new(task);
         let outcome = run_handler(&shared, &task, &running).await;
         settle(&shared, &settler, &task, &running, outcome).await;
     });
@@ -583,15 +583,35 @@ async fn settle<E: PgExecutor + 'static>(
     running: &Running,
     end: RunEnd,
 ) {
+    let Some(settlement) = settlement_for(shared, task, running, end) else { return };
+    let first = settler.settle(&shared.store, settlement.clone()).await;
+    match first {
+        Err(e) if passing(&e) => {
+            // Rare, and kept out of line: every run's future holds this
+            // function's state, so its size is paid per task.
+            Box::pin(settle_again(shared, settler, running, settlement, e)).await;
+        }
+        other => settled(shared, &settlement, other),
+    }
+}
+
+/// What a run's end settles, or `None` when it settles nothing (a lost
+/// lease, a stop at shutdown, a settlement already made).
+fn settlement_for<E: PgExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    task: &Task,
+    running: &Running,
+    end: RunEnd,
+) -> Option<Settlement> {
     if running.is_lost() {
         tracing::debug!(task = %task.id, "lease lost; the late settlement is dropped");
-        return;
+        return None;
     }
     if matches!(end, RunEnd::Stopped) {
-        return; // shutdown gives it back
+        return None; // shutdown gives it back
     }
     if !running.take_settlement() {
-        return; // settled by complete_in, or given back at shutdown
+        return None; // settled by complete_in, or given back at shutdown
     }
     let id = task.id.clone();
     let worker_id = shared.worker_id.to_string();
@@ -603,7 +623,7 @@ async fn settle<E: PgExecutor + 'static>(
             failure: Failure::new(error).retryable(retryable).delay_ms(delay_ms),
         }
     };
-    let settlement = match end {
+    Some(match end {
         RunEnd::Handler(Outcome::Done(result)) => {
             Settlement::Complete { id: id.clone(), worker_id: worker_id.clone(), result }
         }
@@ -649,28 +669,44 @@ async fn settle<E: PgExecutor + 'static>(
             ),
             false,
         ),
-    };
-    // A passing failure (the pool saturated, its breaker open, a lost
-    // connection) is tried again while the lease lasts; a resent settlement
-    // that had committed answers "lost lease", and the row is right.
+    })
+}
+
+/// Counts or reports a settlement's final answer.
+fn settled<E>(shared: &Shared<E>, settlement: &Settlement, answer: Result<waymark_store::Settled, Error>) {
+    match answer {
+        Ok(_) => {
+            shared.settled.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(e) if e.is_lost_lease() => {
+            tracing::debug!(task = %settlement.task_id(), "lease lost before settlement");
+        }
+        Err(e) => shared.report(format!("settle {}", settlement.task_id()), e),
+    }
+}
+
+/// A passing failure (the pool saturated, its breaker open, a lost
+/// connection) is tried again while the lease lasts; a resent settlement
+/// that had committed answers "lost lease", and the row is right.
+async fn settle_again<E: PgExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    settler: &Settler,
+    running: &Running,
+    settlement: Settlement,
+    mut error: Error,
+) {
     let deadline = Instant::now() + Duration::from_millis(shared.lease_ms as u64 / 2);
     let mut pause = Duration::from_millis(20);
-    loop {
+    while passing(&error) && Instant::now() + pause < deadline && !running.is_lost() {
+        tracing::debug!(task = %settlement.task_id(), error = %error, "settlement failed; trying again");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
         match settler.settle(&shared.store, settlement.clone()).await {
-            Ok(_) => {
-                shared.settled.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) if e.is_lost_lease() => tracing::debug!(task = %id, "lease lost before settlement"),
-            Err(e) if passing(&e) && Instant::now() + pause < deadline && !running.is_lost() => {
-                tracing::debug!(task = %id, error = %e, "settlement failed; trying again");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-                continue;
-            }
-            Err(e) => shared.report(format!("settle {id}"), e),
+            Err(e) => error = e,
+            ok => return settled(shared, &settlement, ok),
         }
-        return;
     }
+    settled(shared, &settlement, Err(error));
 }
 
 /// A failure that may pass: worth another try.
