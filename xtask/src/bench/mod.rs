@@ -36,7 +36,7 @@ const MIXED_FOR: Duration = Duration::from_secs(8);
 /// first place equally often. `--rounds N` sets every scenario's.
 const ROUNDS_ENQUEUE_SINGLE: usize = 2;
 const ROUNDS_ENQUEUE_BATCH: usize = 8;
-const ROUNDS_DRAIN: usize = 4;
+const ROUNDS_DRAIN: usize = 6;
 const ROUNDS_LATENCY: usize = 2;
 const ROUNDS_MIXED: usize = 2;
 const SCENARIOS: [&str; 4] = ["enqueue", "drain", "latency", "mixed"];
