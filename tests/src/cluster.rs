@@ -98,7 +98,11 @@ pub fn runtime_root(name: &str, as_root: bool) -> Result<PathBuf, String> {
         if !as_root {
             return Ok(root);
         }
-        run(Command::new("chown").args(["-R", "postgres:postgres"]).arg(&root))?;
+        run(Command::new("chown").arg("postgres:postgres").arg(&root))?;
+        // What is inside too (a folder left by an earlier run as root), on a
+        // best-effort basis: another test's sweep may remove a folder under
+        // it while `chown -R` walks, and that must not fail this one.
+        let _ = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&root).output();
         let reachable = Command::new("runuser")
             .args(["-u", "postgres", "--", "test", "-w"])
             .arg(&root)
