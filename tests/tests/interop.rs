@@ -494,10 +494,32 @@ async fn mixed_fleet_drains_a_shared_backlog_once() {
         .build()
         .expect("worker");
     let handle = worker.handle();
-    let rust = tokio::spawn(worker.run());
     let mut args = vec!["work".to_owned(), "--timeout-s".into(), "90".into(), "--until".into()];
     args.extend(ids.iter().cloned());
-    let python = py_in_background(&db.url, args).await.expect("python worker");
+    let python = py_in_background(&db.url, args);
+    // The Rust worker starts once the Python one has claimed: a Python
+    // process takes about a second to start, and in that time a Rust worker
+    // alone would drain the whole backlog.
+    let admin = admin_client(&db.url).await;
+    let waiting = std::time::Instant::now();
+    loop {
+        let claimed_by_python: i64 = admin
+            .query_one(
+                "select count(*) from cairnq_tasks where worker_id is not null and worker_id <> $1",
+                &[&RUST_WORKER],
+            )
+            .await
+            .expect("count python's claims")
+            .get(0);
+        if claimed_by_python > 0 {
+            break;
+        }
+        assert!(!python.is_finished(), "the python worker ended before it claimed anything");
+        assert!(waiting.elapsed() < Duration::from_secs(60), "the python worker never claimed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let rust = tokio::spawn(worker.run());
+    let python = python.await.expect("python worker");
     handle.shutdown();
     rust.await.expect("rust worker");
 
