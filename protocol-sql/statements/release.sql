@@ -1,10 +1,14 @@
--- params: id text, worker_id text
+-- params: id text, worker_id text, attempt int4
 -- waymark addition. Owned write. Gives a running task back at shutdown
 -- without spending its attempt: queued again and due now, the claim's
 -- attempt increment undone, worker, lease, progress and message cleared.
 -- A requested cancel wins, as in every settlement: canceled, worker kept.
 -- The status change to queued fires cairnq_queued (migration 0003), so
 -- another worker can take it at once.
+-- waymark's optional fence: with attempt bound, the write lands only on that
+-- claim of the task, so a settlement resent after a lost answer can never
+-- requeue or fail a later claim of the same task by the same worker. NULL
+-- is the protocol's statement exactly.
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
 )
@@ -25,4 +29,5 @@ update cairnq_tasks as t
    and t.status = 'running'
    and t.worker_id = :worker_id
    and t.lease_until_ms > clock.now_ms
+   and (:attempt::int4 is null or t.attempt = :attempt)
 returning t.*

@@ -368,7 +368,14 @@ async fn perform<E: PgExecutor>(store: &Store<E>, op: &str, a: &Args) -> Result<
                 a.int("lease_ms")?.unwrap_or(30_000),
             )
             .await
-            .map(to_json),
+            // FORMAT.md: each row is {id, cancel_requested} with a boolean,
+            // as the SDKs answer id -> cancel requested.
+            .map(|beats| {
+                beats
+                    .iter()
+                    .map(|b| json!({"id": b.id, "cancel_requested": b.cancel_requested_at_ms.is_some()}))
+                    .collect::<Json>()
+            }),
         "progress" => store
             .progress(
                 &a.req_str("id")?,
@@ -396,6 +403,7 @@ async fn perform<E: PgExecutor>(store: &Store<E>, op: &str, a: &Args) -> Result<
                 error: a.json("error").unwrap_or_else(|| json!({})),
                 retryable: a.bool("retryable")?.unwrap_or(true),
                 delay_ms: a.int("delay_ms")?.unwrap_or(0),
+                attempt: None,
             };
             store.fail(&a.req_str("id")?, &a.req_str("worker_id")?, &failure).await.map(to_json)
         }

@@ -37,6 +37,7 @@ macro_rules! store_contract {
             settle_batch_of_one_workers_completes_answers_each,
             release_gives_a_task_back_without_spending_its_attempt,
             submit_batch_inserts_many_in_order,
+            a_row_it_cannot_read_stops_nothing,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
@@ -668,4 +669,66 @@ pub async fn submit_batch_inserts_many_in_order<E: PgExecutor>(store: &Store<E>)
         301,
         "refused batches wrote nothing"
     );
+}
+
+/// Inserts, with plain SQL, a row whose payload is legal jsonb that
+/// serde_json cannot hold, as any other client may write it.
+async fn insert_raw<E: PgExecutor>(store: &Store<E>, id: &str, payload: &str, running: bool) {
+    let (status, worker, lease, attempt) =
+        if running { ("running", "'gone'", "1", 1) } else { ("queued", "null", "null", 0) };
+    store
+        .executor()
+        .execute_script(&format!(
+            "insert into cairnq_tasks (id, name, queue, status, payload, attempt, worker_id, lease_until_ms, \
+             run_at_ms, root_id, created_at_ms, updated_at_ms) \
+             values ('{id}', 'x', 'default', '{status}', '{payload}', {attempt}, {worker}, {lease}, 0, '{id}', 0, 0)"
+        ))
+        .await
+        .expect("raw insert");
+}
+
+/// One row the store cannot read (a number past f64's range, nesting
+/// deeper than serde_json goes) fails no read of others and no claim:
+/// lists and gets show it as unreadable, a claim fails it for good with an
+/// envelope naming the column and hands out the rest, and a lease recovery
+/// that brings such a row back does not stop either.
+pub async fn a_row_it_cannot_read_stops_nothing<E: PgExecutor>(store: &Store<E>) {
+    let good =
+        store.submit_batch((0..48).map(|n| NewTask::new("x", json!({ "n": n })))).await.expect("batch");
+    let huge = "task_01HUGENUMBER0000000000000";
+    let deep = "task_01DEEPNESTING00000000000";
+    insert_raw(store, huge, r#"{"n": 1e400}"#, false).await;
+    insert_raw(store, deep, &format!("{}{}", "[".repeat(200), "]".repeat(200)), false).await;
+
+    let listed = store.list(&ListFilter { limit: 100, ..ListFilter::default() }).await.expect("list");
+    assert_eq!(listed.len(), 50, "every row listed");
+    let unreadable: Vec<&str> =
+        listed.iter().filter(|t| t.unreadable.is_some()).map(|t| t.id.as_str()).collect();
+    assert_eq!(unreadable.len(), 2, "{unreadable:?}");
+    let read = store.fetch(huge).await.expect("get reads the row");
+    let why = read.unreadable.expect("marked unreadable");
+    assert!(why.contains("column payload"), "{why}");
+    assert_eq!(read.payload, serde_json::Value::Null);
+    assert_eq!(store.get_status(huge).await.expect("status").map(|s| s.status), Some(TaskStatus::Queued));
+
+    let claimed = store.claim(&claim("w1").limit(60)).await.expect("a claim beside unreadable rows");
+    assert_eq!(claimed.len(), 48, "every readable task handed out");
+    assert!(claimed.iter().all(|t| t.unreadable.is_none() && good.contains(&t.id)));
+    for id in [huge, deep] {
+        let t = store.fetch(id).await.expect("get");
+        assert_eq!((t.status, t.attempt), (TaskStatus::Failed, 1), "{id} failed for good");
+        let envelope = t.error_envelope().expect("an envelope");
+        assert_eq!((envelope.kind.as_str(), envelope.retryable), ("UnreadableTask", false));
+        assert!(envelope.message.contains("column payload"), "{}", envelope.message);
+    }
+
+    // A row stuck running with an expired lease (as an older release left
+    // it): the recovering claim requeues it, fails it, and goes on.
+    let stuck = "task_01STUCKRUNNING00000000000";
+    insert_raw(store, stuck, r#"{"n": -1e400}"#, true).await;
+    let next = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
+    let claimed = store.claim(&claim("w2").limit(10)).await.expect("a recovering claim");
+    assert_eq!(claimed.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [next.id.as_str()]);
+    let t = store.fetch(stuck).await.expect("get");
+    assert_eq!((t.status, t.attempt), (TaskStatus::Failed, 2));
 }

@@ -7,6 +7,7 @@ pub mod client_executor;
 pub mod cluster;
 pub mod conformance;
 pub mod db;
+pub mod fault_executor;
 pub mod kit;
 pub mod pgbouncer;
 pub mod plans;
@@ -43,4 +44,18 @@ pub async fn pool_store_prepared(schema: &TestSchema) -> Store<PgPool> {
         .build()
         .expect("pool");
     Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect through the pool")
+}
+
+/// Polls `check` every 20 ms until it holds; panics naming `what` past
+/// `limit`. For states a test can read (a row, a count), not for time.
+pub async fn eventually<F, Fut>(limit: std::time::Duration, what: &str, check: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = std::time::Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }

@@ -282,16 +282,22 @@ const CHILD_FILE: &str = "pgbouncer.pid";
 
 /// The `pgbouncer` binary: `WAYMARK_PGBOUNCER`, else on `PATH`, else
 /// `/usr/sbin/pgbouncer` (where Debian puts it, often off a user's `PATH`).
-fn find_binary() -> Result<PathBuf, String> {
+/// `cargo xtask setup` looks with this too.
+pub fn find_binary() -> Result<PathBuf, String> {
     if let Ok(path) = std::env::var("WAYMARK_PGBOUNCER") {
-        return Ok(PathBuf::from(path));
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!("WAYMARK_PGBOUNCER={} is not a file", path.display()))
+        };
     }
     let on_path = std::env::var_os("PATH")
         .map(|paths| std::env::split_paths(&paths).map(|p| p.join("pgbouncer")).collect::<Vec<_>>())
         .unwrap_or_default();
     on_path.into_iter().chain([PathBuf::from("/usr/sbin/pgbouncer")]).find(|p| p.is_file()).ok_or_else(|| {
         "no pgbouncer binary (looked on PATH and at /usr/sbin/pgbouncer); install it: \
-             apt-get install -y pgbouncer (.ci/run does)"
+             apt-get install -y pgbouncer (cargo xtask setup does)"
             .to_owned()
     })
 }

@@ -14,11 +14,17 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shared {
     marker: Mutex<Option<Vec<u8>>>,
     cuts: AtomicUsize,
     connections: AtomicUsize,
+    /// While true, every connection is cut and new ones are closed at once:
+    /// to the client, the server is gone.
+    down: tokio::sync::watch::Sender<bool>,
+    /// Client messages seen that contain the counted marker.
+    counted: Mutex<Option<Vec<u8>>>,
+    count: AtomicUsize,
 }
 
 /// A running proxy; dropping it stops accepting (open connections end when
@@ -35,13 +41,31 @@ impl AnswerCuttingProxy {
     pub async fn start(upstream: String) -> AnswerCuttingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
         let port = listener.local_addr().expect("proxy address").port();
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            marker: Mutex::default(),
+            cuts: AtomicUsize::new(0),
+            connections: AtomicUsize::new(0),
+            down: tokio::sync::watch::channel(false).0,
+            counted: Mutex::default(),
+            count: AtomicUsize::new(0),
+        });
         let s = shared.clone();
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                if *s.down.borrow() {
+                    drop(client);
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(&upstream).await else { continue };
                 s.connections.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(pipe(client, server, s.clone()));
+                let mut down = s.down.subscribe();
+                let piped = pipe(client, server, s.clone());
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = piped => {}
+                        _ = down.wait_for(|down| *down) => {}
+                    }
+                });
             }
         });
         AnswerCuttingProxy { port, shared, accept }
@@ -55,6 +79,23 @@ impl AnswerCuttingProxy {
     /// Loses the answer to the next client message containing `marker`.
     pub fn arm(&self, marker: &str) {
         *self.shared.marker.lock().expect("marker") = Some(marker.as_bytes().to_vec());
+    }
+
+    /// Takes the server away (`true`: every open connection is cut, new
+    /// ones are closed at once) or brings it back.
+    pub fn set_down(&self, down: bool) {
+        self.shared.down.send_replace(down);
+    }
+
+    /// Counts from now on the client messages that contain `marker`.
+    pub fn count(&self, marker: &str) {
+        *self.shared.counted.lock().expect("counted") = Some(marker.as_bytes().to_vec());
+        self.shared.count.store(0, Ordering::SeqCst);
+    }
+
+    /// Client messages seen so far that contain the counted marker.
+    pub fn counted(&self) -> usize {
+        self.shared.count.load(Ordering::SeqCst)
     }
 
     /// Answers lost so far.
@@ -88,6 +129,11 @@ async fn pipe(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
+            if let Some(m) = s.counted.lock().expect("counted").as_ref() {
+                if buf[..n].windows(m.len()).any(|w| w == m.as_slice()) {
+                    s.count.fetch_add(1, Ordering::SeqCst);
+                }
+            }
             {
                 let mut marker = s.marker.lock().expect("marker");
                 if let Some(m) = marker.as_ref() {
@@ -141,4 +187,19 @@ async fn pipe(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
         }
     }
     upstream.abort();
+}
+
+/// `url` with its host and port replaced by the proxy's, TLS off (the
+/// proxy reads the server's framing).
+pub fn url_through(proxy: &AnswerCuttingProxy, url: &str) -> String {
+    let (host, port) = crate::pgbouncer::host_and_port(url);
+    let through = url.replacen(&format!("{host}:{port}"), &format!("127.0.0.1:{}", proxy.port()), 1);
+    let sep = if through.contains('?') { '&' } else { '?' };
+    format!("{through}{sep}sslmode=disable")
+}
+
+/// A proxy in front of the server of `url`.
+pub async fn proxy_for(url: &str) -> AnswerCuttingProxy {
+    let (host, port) = crate::pgbouncer::host_and_port(url);
+    AnswerCuttingProxy::start(format!("{host}:{port}")).await
 }

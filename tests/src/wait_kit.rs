@@ -2,11 +2,19 @@
 //! are pushed, without one they poll; the answers must be the same.
 //! `wait_contract!(make)` expands to one test per case, like `store_contract!`.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use serde_json::json;
+use tokio::sync::oneshot;
+use waymark_store::protocol::{ParamType, Statement};
 use waymark_store::{
-    codes, ClaimRequest, Conflict, Error, Failure, NewTask, PgExecutor, Signal, Store, TaskStatus,
+    codes, ClaimRequest, Conflict, Error, ExecError, Failure, Lane, NewTask, NotificationStream, PgExecutor,
+    Row, Signal, Sql, Store, TaskStatus, Value,
 };
 
 /// Expands to one test per wait case for the executor `make` builds.
@@ -19,6 +27,10 @@ macro_rules! wait_contract {
             wait_refuses_an_unknown_task,
             call_turns_failed_and_canceled_into_errors,
             wait_by_key_follows_the_key_to_its_current_task,
+            waits_go_on_when_a_retry_lands_before_the_reread,
+            wait_goes_on_for_a_task_purged_under_it,
+            wait_by_key_waits_for_a_key_not_taken_yet,
+            a_timeout_carries_the_last_snapshot_of_the_task,
             watch_polls_on_its_timer_and_hears_queued_when_listening,
         );
     };
@@ -33,6 +45,120 @@ macro_rules! wait_contract {
             }
         )*
     };
+}
+
+type Hook = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// An executor that runs a hook once, just before its `nth` run (from 1) of
+/// one statement, says when that run has answered, and otherwise passes
+/// everything to the executor it wraps: how a test lands a write between
+/// two reads of a wait, where no timing could put it. Listening is the
+/// wrapped executor's, so a wait is pushed or polled as it would be without
+/// the hook.
+pub struct Hooked<E> {
+    inner: E,
+    /// The statement's SQL as the store sends it.
+    sql: String,
+    nth: usize,
+    runs: AtomicUsize,
+    hook: Mutex<Option<Hook>>,
+    answered: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl<E> std::fmt::Debug for Hooked<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooked").field("sql", &self.sql).field("nth", &self.nth).finish_non_exhaustive()
+    }
+}
+
+/// A store on `store`'s executor (and installation) that runs `hook` just
+/// before its `nth` run of `statement`, and a receiver told once that run
+/// has answered.
+pub fn hooked<E, F>(
+    store: &Store<E>,
+    statement: Statement,
+    nth: usize,
+    hook: F,
+) -> (Store<Hooked<E>>, oneshot::Receiver<()>)
+where
+    E: PgExecutor + Clone,
+    F: Future<Output = ()> + Send + 'static,
+{
+    // The text the store sends for a statement with no optional filter on.
+    let specialised = waymark_dialect::specialise(statement.def().sql, &[]).expect("specialise");
+    let sql = waymark_dialect::rewrite(&specialised).expect("rewrite").sql().to_owned();
+    let (answered, on_answer) = oneshot::channel();
+    let exec = Hooked {
+        inner: store.executor().clone(),
+        sql,
+        nth,
+        runs: AtomicUsize::new(0),
+        hook: Mutex::new(Some(Box::pin(hook))),
+        answered: Mutex::new(Some(answered)),
+    };
+    (Store::new(exec), on_answer)
+}
+
+#[async_trait]
+impl<E: PgExecutor> PgExecutor for Hooked<E> {
+    type Transaction = E::Transaction;
+
+    async fn query(&self, sql: Sql<'_>, params: &[Value]) -> Result<Vec<Row>, ExecError> {
+        if sql.text != self.sql || self.runs.fetch_add(1, Ordering::SeqCst) + 1 != self.nth {
+            return self.inner.query(sql, params).await;
+        }
+        let hook = self.hook.lock().expect("hook lock").take();
+        if let Some(hook) = hook {
+            hook.await;
+        }
+        let answer = self.inner.query(sql, params).await;
+        if let Some(answered) = self.answered.lock().expect("hook lock").take() {
+            let _ = answered.send(());
+        }
+        answer
+    }
+
+    async fn execute_script(&self, script: &str) -> Result<(), ExecError> {
+        self.inner.execute_script(script).await
+    }
+
+    async fn begin(&self) -> Result<Self::Transaction, ExecError> {
+        self.inner.begin().await
+    }
+
+    async fn begin_in_lane(&self, lane: Lane) -> Result<Self::Transaction, ExecError> {
+        self.inner.begin_in_lane(lane).await
+    }
+
+    async fn listen(&self, channels: &[&str]) -> Result<Option<NotificationStream>, ExecError> {
+        self.inner.listen(channels).await
+    }
+}
+
+/// Deletes task `id` with plain SQL, as a purge would, whatever its status.
+async fn delete_task<E: PgExecutor>(store: &Store<E>, id: &str) {
+    let sql = Sql {
+        text: "delete from cairnq_tasks where id = $1",
+        types: &[ParamType::Text],
+        lane: Lane::Ordinary,
+        repeatable: false,
+    };
+    let rows = store.executor().query(sql, &[Value::Text(id.to_owned())]).await.expect("delete");
+    assert!(rows.is_empty(), "a delete without returning");
+}
+
+/// Claims the one task in `queue` and fails it for good: a failed task that
+/// `retry` can queue again.
+async fn fail_one<E: PgExecutor>(store: &Store<E>, queue: &str) -> String {
+    let id = claim_one(store, queue, "wk").await;
+    fail_for_good(store, &id).await;
+    id
+}
+
+/// Fails task `id`, held by worker `wk`, with no retry left.
+async fn fail_for_good<E: PgExecutor>(store: &Store<E>, id: &str) {
+    let envelope = json!({"type": "E", "code": codes::TASK_ERROR, "message": "first run", "retryable": false, "details": {}});
+    store.fail(id, "wk", &Failure::new(envelope).retryable(false)).await.expect("fail");
 }
 
 /// Claims the one task in `queue` as `worker`.
@@ -71,9 +197,11 @@ pub async fn wait_times_out_without_stopping_the_task<E: PgExecutor>(store: &Sto
     let err = store.wait(&task.id, Duration::from_millis(300)).await.expect_err("times out");
     let took = started.elapsed();
     match &err {
-        Error::TaskTimeout { task_id, waited } => {
+        Error::TaskTimeout { task_id, waited, last } => {
             assert_eq!(task_id, &task.id);
             assert!(*waited >= Duration::from_millis(300), "{waited:?}");
+            let last = last.as_deref().expect("the snapshot at the timeout");
+            assert_eq!((last.id.as_str(), last.status), (task.id.as_str(), TaskStatus::Queued));
         }
         other => panic!("expected TaskTimeout, got {other:?}"),
     }
@@ -176,8 +304,6 @@ where
         // The wait saw the first task canceled before the key moved on.
         assert_eq!((done.id.as_str(), done.status), (first.id.as_str(), TaskStatus::Canceled));
     }
-    let err = store.wait_by_key("w5:none", Duration::from_secs(1)).await.expect_err("unknown key");
-    assert!(err.is_not_found(), "{err:?}");
 }
 
 pub async fn watch_polls_on_its_timer_and_hears_queued_when_listening<E: PgExecutor>(store: &Store<E>) {
@@ -202,4 +328,168 @@ pub async fn watch_polls_on_its_timer_and_hears_queued_when_listening<E: PgExecu
     if listening {
         assert!(heard_queued, "a listening store hears the submit");
     }
+}
+
+/// A store whose first full read of a task is preceded by a `retry` of the
+/// task `id` names (then failed), and a worker elsewhere that runs that
+/// second attempt to success once that read has answered: it can only have
+/// found the task queued.
+fn retried_then_completed<E: PgExecutor + Clone + 'static>(
+    store: &Store<E>,
+    queue: &'static str,
+    id: impl Future<Output = String> + Send + 'static,
+) -> (Store<Hooked<E>>, tokio::task::JoinHandle<String>) {
+    let (retried_tx, retried) = oneshot::channel::<String>();
+    let retrier = store.clone();
+    let (waiter, reread) = hooked(store, Statement::Get, 1, async move {
+        let id = id.await;
+        let queued = retrier.retry(&id, true).await.expect("retry").expect("a failed task retries");
+        assert_eq!(queued.status, TaskStatus::Queued);
+        retried_tx.send(id).expect("the test waits");
+    });
+    let worker = store.clone();
+    let second_run = tokio::spawn(async move {
+        let id = retried.await.expect("the hook ran");
+        reread.await.expect("the re-read answered");
+        assert_eq!(claim_one(&worker, queue, "wk2").await, id);
+        worker.complete(&id, "wk2", json!("second run")).await.expect("complete");
+        id
+    });
+    (waiter, second_run)
+}
+
+/// The probe finds the task failed, and a `retry` lands before the full
+/// re-read, which so finds it queued: `wait`, `call` and `wait_by_key` go on
+/// waiting and answer the end of the second run, never the queued row.
+pub async fn waits_go_on_when_a_retry_lands_before_the_reread<E>(store: &Store<E>)
+where
+    E: PgExecutor + Clone + 'static,
+{
+    let submitted = store.submit(NewTask::new("w.flaky", json!({})).queue("w7")).await.expect("submit");
+    let id = fail_one(store, "w7").await;
+    assert_eq!(id, submitted.id);
+    let (waiter, second_run) = retried_then_completed(store, "w7", std::future::ready(id.clone()));
+    let done = waiter.wait(&id, Duration::from_secs(10)).await.expect("wait");
+    assert_eq!(second_run.await.expect("second run"), id);
+    assert_eq!((done.status, done.result), (TaskStatus::Succeeded, Some(json!("second run"))), "wait");
+
+    // call: a worker elsewhere fails the first run.
+    let (failed_tx, failed) = oneshot::channel::<String>();
+    let failer = store.clone();
+    let first_run = tokio::spawn(async move {
+        let id = loop {
+            let claimed = failer
+                .claim(&ClaimRequest::new("wk", ["w8"]).limit(1).lease_ms(30_000))
+                .await
+                .expect("claim");
+            if let Some(t) = claimed.first() {
+                break t.id.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        fail_for_good(&failer, &id).await;
+        failed_tx.send(id).expect("the hook waits");
+    });
+    let (waiter, second_run) =
+        retried_then_completed(store, "w8", async move { failed.await.expect("the first run failed") });
+    let done = waiter
+        .call(NewTask::new("w.flaky", json!({})).queue("w8").max_attempts(1), Duration::from_secs(10))
+        .await
+        .expect("call: the second run succeeds");
+    first_run.await.expect("first run");
+    assert_eq!(second_run.await.expect("second run"), done.id);
+    assert_eq!((done.status, done.result), (TaskStatus::Succeeded, Some(json!("second run"))), "call");
+
+    // wait_by_key: the key names the failed task, retried under the re-read.
+    let submitted =
+        store.submit(NewTask::new("w.flaky", json!({})).queue("w9").key("w9:k")).await.expect("submit");
+    let id = fail_one(store, "w9").await;
+    assert_eq!(id, submitted.id);
+    let (waiter, second_run) = retried_then_completed(store, "w9", std::future::ready(id.clone()));
+    let done = waiter.wait_by_key("w9:k", Duration::from_secs(10)).await.expect("wait_by_key");
+    assert_eq!(second_run.await.expect("second run"), id);
+    assert_eq!((done.status, done.result), (TaskStatus::Succeeded, Some(json!("second run"))), "wait_by_key");
+}
+
+/// A task the wait has seen and that then vanishes (purged between the
+/// probe and the re-read, or between two probes) is waited for until the
+/// timeout, as cairnq does, not refused as unknown.
+pub async fn wait_goes_on_for_a_task_purged_under_it<E>(store: &Store<E>)
+where
+    E: PgExecutor + Clone + 'static,
+{
+    // Purged between the probe that found it terminal and the full re-read.
+    let task = store.submit(NewTask::new("w.gone", json!({})).queue("w10")).await.expect("submit");
+    store.cancel(&task.id).await.expect("cancel").expect("canceled");
+    let purger = store.clone();
+    let id = task.id.clone();
+    let (waiter, _) = hooked(store, Statement::Get, 1, async move { delete_task(&purger, &id).await });
+    let err = waiter.wait(&task.id, Duration::from_millis(400)).await.expect_err("gone under the re-read");
+    match &err {
+        Error::TaskTimeout { task_id, waited, last } => {
+            assert_eq!(task_id, &task.id);
+            assert!(*waited >= Duration::from_millis(400), "{waited:?}");
+            assert!(last.is_none(), "no snapshot of a task that is gone: {last:?}");
+        }
+        other => panic!("expected TaskTimeout, got {other:?}"),
+    }
+
+    // Seen queued by the first probe, canceled and purged before the second.
+    let task = store.submit(NewTask::new("w.gone", json!({})).queue("w10")).await.expect("submit");
+    let purger = store.clone();
+    let id = task.id.clone();
+    let (waiter, _) = hooked(store, Statement::GetStatus, 2, async move {
+        purger.cancel(&id).await.expect("cancel").expect("canceled");
+        delete_task(&purger, &id).await;
+    });
+    let err = waiter.wait(&task.id, Duration::from_millis(400)).await.expect_err("gone between probes");
+    assert!(matches!(&err, Error::TaskTimeout { task_id, last: None, .. } if *task_id == task.id), "{err:?}");
+}
+
+/// `wait_by_key` on a key that names no task yet waits for one: the submit
+/// that takes the key, and that task's end, arrive during the wait.
+pub async fn wait_by_key_waits_for_a_key_not_taken_yet<E>(store: &Store<E>)
+where
+    E: PgExecutor + Clone + 'static,
+{
+    let (submitted_tx, submitted) = oneshot::channel::<String>();
+    let other = store.clone();
+    // After the wait's first probe found nothing under the key.
+    let (waiter, _) = hooked(store, Statement::GetStatusByKey, 2, async move {
+        let task =
+            other.submit(NewTask::new("w.later", json!({})).queue("w11").key("w11:k")).await.expect("submit");
+        assert_eq!(claim_one(&other, "w11", "wk").await, task.id);
+        other.complete(&task.id, "wk", json!("arrived")).await.expect("complete");
+        submitted_tx.send(task.id).expect("the test waits");
+    });
+    let done = waiter.wait_by_key("w11:k", Duration::from_secs(10)).await.expect("wait_by_key");
+    assert_eq!(done.id, submitted.await.expect("the hook ran"));
+    assert_eq!((done.status, done.result), (TaskStatus::Succeeded, Some(json!("arrived"))));
+
+    // A key no task ever takes: the wait runs to its timeout.
+    let err = store.wait_by_key("w11:none", Duration::from_millis(300)).await.expect_err("never taken");
+    match &err {
+        Error::TaskTimeout { task_id, last: None, .. } => assert_eq!(task_id, r#"key "w11:none""#),
+        other => panic!("expected TaskTimeout with no snapshot, got {other:?}"),
+    }
+}
+
+/// The timeout of a running task carries the task as it is at the timeout,
+/// read in full: running, with its worker and lease.
+pub async fn a_timeout_carries_the_last_snapshot_of_the_task<E: PgExecutor>(store: &Store<E>) {
+    let task = store.submit(NewTask::new("w.long", json!({"n": 7})).queue("w12")).await.expect("submit");
+    assert_eq!(claim_one(store, "w12", "wk").await, task.id);
+    store.progress(&task.id, "wk", Some(0.5), Some("halfway")).await.expect("progress");
+    let err = store.wait(&task.id, Duration::from_millis(300)).await.expect_err("still running");
+    let last = err.last_snapshot().expect("a snapshot");
+    assert_eq!((last.id.as_str(), last.status), (task.id.as_str(), TaskStatus::Running));
+    assert_eq!(last.worker_id.as_deref(), Some("wk"));
+    assert!(last.lease_until_ms.is_some(), "a running row holds its lease");
+    assert_eq!((last.progress, last.message.as_deref()), (Some(0.5), Some("halfway")), "the full row");
+    assert_eq!(last.payload, json!({"n": 7}));
+    let shown = err.to_string();
+    assert!(shown.contains("last seen running") && shown.contains(&task.id), "{shown}");
+
+    let err = store.wait_by_key("w12:none", Duration::from_millis(1)).await.expect_err("no such key");
+    assert!(err.last_snapshot().is_none(), "{err:?}");
 }

@@ -551,3 +551,71 @@ async fn mixed_fleet_drains_a_shared_backlog_once() {
     }
     db.drop().await;
 }
+
+/// A task the cairnq Python client submits with a number no f64 holds
+/// (Python's `10**400`, exact in jsonb), next to ordinary tasks, and one
+/// written by plain SQL: a waymark worker fails those two alone, with an
+/// envelope naming the column, runs every other task, and leaves the
+/// payloads as written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waymark_cannot_read_fails_alone_and_the_rest_run() {
+    ensure_python().await;
+    let db = TestDatabase::new().await;
+    let store = std::sync::Arc::new(store_on(&db.url).await);
+    let huge = format!("1{}", "0".repeat(400));
+    let mut specs: Vec<String> =
+        (0..20).map(|n| format!(r#"{{"name": "odd.job", "payload": {{"n": {n}}}}}"#)).collect();
+    specs.insert(7, format!(r#"{{"name": "odd.job", "payload": {{"n": {huge}}}}}"#));
+    let from_python =
+        py(&db.url, vec!["submit".into(), format!("[{}]", specs.join(",")), "--ids-only".into()]);
+    let ids: Vec<String> = from_python["submitted"]
+        .as_array()
+        .expect("submitted")
+        .iter()
+        .map(|s| s["task"]["id"].as_str().expect("id").to_owned())
+        .collect();
+    let python_bad = ids[7].clone();
+    let admin = admin_client(&db.url).await;
+    let sql_bad = "task_01SQLWROTEAHUGENUMBER000";
+    admin
+        .batch_execute(&format!(
+            "insert into cairnq_tasks (id, name, queue, status, payload, run_at_ms, root_id, created_at_ms, updated_at_ms) \
+             values ('{sql_bad}', 'odd.job', 'default', 'queued', '{{\"n\": 1e400}}', 0, '{sql_bad}', 0, 0)"
+        ))
+        .await
+        .expect("plain SQL insert");
+
+    let worker = waymark_worker::Worker::builder(store.clone())
+        .concurrency(50)
+        .poll_interval(Duration::from_millis(100))
+        .task("odd.job", |_ctx, payload: Json| async move { Ok(json!({"n": payload["n"]})) })
+        .build()
+        .expect("worker");
+    let handle = worker.handle();
+    let running = tokio::spawn(worker.run());
+    let mut finals = BTreeMap::new();
+    for id in ids.iter().map(String::as_str).chain([sql_bad]) {
+        finals.insert(id.to_owned(), store.wait(id, Duration::from_secs(30)).await.expect("each task ends"));
+    }
+    handle.shutdown();
+    running.await.expect("worker");
+
+    for (id, t) in &finals {
+        if id == &python_bad || id == sql_bad {
+            assert_eq!((t.status, t.attempt), (TaskStatus::Failed, 1), "{id}");
+            let envelope = t.error_envelope().expect("envelope");
+            assert_eq!(envelope.kind, "UnreadableTask");
+            assert!(envelope.message.contains("column payload"), "{}", envelope.message);
+            assert!(!envelope.retryable);
+        } else {
+            assert_eq!(t.status, TaskStatus::Succeeded, "{id}");
+        }
+    }
+    let kept: String = admin
+        .query_one("select payload::text from cairnq_tasks where id = $1", &[&python_bad])
+        .await
+        .expect("payload")
+        .get(0);
+    assert!(kept.contains(&huge), "the payload stays as Python wrote it: {kept}");
+    db.drop().await;
+}

@@ -4,18 +4,15 @@
 
 use serde_json::json;
 use waymark_pool::PgPool;
-use waymark_store::{ConnectOptions, ExecErrorKind, NewTask, Store};
+use waymark_store::{ClaimRequest, ConnectOptions, ExecErrorKind, Failure, NewTask, Store, TaskStatus};
 use waymark_tests::db::admin_client;
 use waymark_tests::pgbouncer::host_and_port;
-use waymark_tests::proxy::AnswerCuttingProxy;
+use waymark_tests::proxy::{url_through, AnswerCuttingProxy};
 use waymark_tests::TestSchema;
 
 /// A store whose pool reaches the server through `proxy`.
 async fn store_through(proxy: &AnswerCuttingProxy, schema: &TestSchema) -> Store<PgPool> {
-    let (host, port) = host_and_port(&schema.url);
-    let through = schema.url.replacen(&format!("{host}:{port}"), &format!("127.0.0.1:{}", proxy.port()), 1);
-    let sep = if through.contains('?') { '&' } else { '?' };
-    let pool = PgPool::builder(format!("{through}{sep}sslmode=disable"))
+    let pool = PgPool::builder(url_through(proxy, &schema.url))
         .max_size(2)
         .schema(&schema.schema)
         .build()
@@ -69,5 +66,46 @@ async fn a_keyed_submit_whose_commit_answer_was_lost_resubmits_into_the_same_tas
     let again = store.submit(first).await.expect("resubmit");
     assert_eq!(again.id, committed[0]);
     assert_eq!(task_rows(&schema, "lost.keyed").await.len(), 1);
+    schema.drop().await;
+}
+
+/// A retryable `fail` that committed but lost its answer, resent after the
+/// same worker claimed the task again: fenced to its attempt, the resend
+/// finds nothing to settle and leaves the new claim alone. Without the
+/// fence (the protocol's own check of id, worker and lease), the same
+/// resend would have requeued the new claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_failure_never_lands_on_a_later_claim() {
+    let schema = TestSchema::new().await;
+    let (host, port) = host_and_port(&schema.url);
+    let proxy = AnswerCuttingProxy::start(format!("{host}:{port}")).await;
+    let store = store_through(&proxy, &schema).await;
+    let task = store.submit(NewTask::new("fenced", json!({}))).await.expect("submit");
+    let claim = ClaimRequest::new("w1", ["default"]).limit(1);
+    assert_eq!(store.claim(&claim).await.expect("claim")[0].attempt, 1);
+
+    let failure = Failure::new(json!({"type": "E", "code": "task_error", "message": "m", "retryable": true}))
+        .delay_ms(0)
+        .on_attempt(1);
+    proxy.arm("The error is kept on every branch");
+    let err = store.fail(&task.id, "w1", &failure).await.expect_err("the answer was lost");
+    assert_eq!(err.exec_kind(), Some(ExecErrorKind::Connection), "{err}");
+    assert_eq!(proxy.cuts(), 1);
+    let after = store.fetch(&task.id).await.expect("fetch");
+    assert_eq!((after.status, after.attempt), (TaskStatus::Queued, 1), "the failure did commit");
+
+    // Backoff 0: the same worker claims the task again before the resend.
+    assert_eq!(store.claim(&claim).await.expect("claim again")[0].attempt, 2);
+    let resent = store.fail(&task.id, "w1", &failure).await.expect_err("fenced to attempt 1");
+    assert!(resent.is_lost_lease(), "{resent}");
+    let now = store.fetch(&task.id).await.expect("fetch");
+    assert_eq!((now.status, now.attempt), (TaskStatus::Running, 2), "the new claim is untouched");
+    let released = store.release_attempt(&task.id, "w1", Some(1)).await.expect_err("release is fenced too");
+    assert!(released.is_lost_lease(), "{released}");
+
+    // The protocol's unfenced form lands on the new claim: the hazard.
+    let unfenced = Failure { attempt: None, ..failure };
+    let landed = store.fail(&task.id, "w1", &unfenced).await.expect("lands on attempt 2");
+    assert_eq!((landed.status, landed.attempt), (TaskStatus::Queued, 2));
     schema.drop().await;
 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use waymark_pool::PgPool;
 use waymark_store::{codes, ClaimRequest, NewTask, Store, Task, TaskStatus};
-use waymark_tests::{pool_store, TestSchema};
+use waymark_tests::{eventually, pool_store, TestSchema};
 use waymark_worker::{CancelReason, TaskError, Worker, WorkerHandle};
 
 type S = Store<PgPool>;
@@ -18,19 +18,6 @@ type S = Store<PgPool>;
 fn spawn(worker: Worker<PgPool>) -> (WorkerHandle, tokio::task::JoinHandle<()>) {
     let handle = worker.handle();
     (handle, tokio::spawn(worker.run()))
-}
-
-/// Polls until `check` holds or `limit` passes.
-async fn eventually<F: Fn() -> Fut, Fut: std::future::Future<Output = bool>>(
-    limit: Duration,
-    what: &str,
-    check: F,
-) {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn fetch(store: &S, id: &str) -> Task {

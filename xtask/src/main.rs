@@ -1,12 +1,14 @@
 //! `cargo xtask <command>`: the project's own tasks.
 //!
 //! - `migrate [--database-url URL] [--schema NAME] [--status]`
-//! - `test` : ensure a PostgreSQL, then run the whole test suite
+//! - `setup` : find or install what the tests need (PostgreSQL, PgBouncer, ...)
+//! - `test` : setup, then ensure a PostgreSQL, then run the whole test suite
 //! - `demo` : find or start PostgreSQL, migrate, submit and process tasks
 
 mod bench;
 mod demo;
 mod migrate;
+mod prereqs;
 mod test;
 
 use std::process::ExitCode;
@@ -17,8 +19,15 @@ commands:
   migrate [--database-url URL] [--schema NAME] [--status]
           apply pending migrations (URL defaults to DATABASE_URL);
           --status lists each migration as applied or pending and changes nothing
-  test    ensure a PostgreSQL (DATABASE_URL, else a throwaway cluster under target/),
-          then run every test, conformance scenarios and cairnq interop included
+  setup   find what the tests need (PostgreSQL server binaries, pgbouncer, openssl,
+          python3 with venv, runuser when root); as root with apt-get, install
+          what is missing, otherwise name it and the command that installs it
+  test [ARGS]
+          setup, then ensure a PostgreSQL (DATABASE_URL, else a throwaway cluster
+          under target/), then run every test, conformance scenarios and cairnq
+          interop included, without stopping at the first failing binary, and
+          list the failures at the end; ARGS go to cargo test (-p narrows it
+          from the whole workspace)
   demo    find or start PostgreSQL, migrate, submit a few thousand tasks and
           process them with visible progress
   bench [all|enqueue|drain|latency|mixed|binding|explain]
@@ -33,6 +42,8 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("migrate") => runtime().block_on(migrate::run(&args[1..])),
+        Some("setup") if args.len() == 1 => prereqs::ensure("xtask setup"),
+        Some("setup") => Err(format!("setup takes no arguments\n\n{USAGE}")),
         Some("test") => test::run(&args[1..]),
         Some("demo") => runtime().block_on(demo::run(&args[1..])),
         Some("bench") if cfg!(debug_assertions) => in_release(&args),

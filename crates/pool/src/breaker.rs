@@ -105,6 +105,12 @@ impl Breaker {
         Ok(Pass { breaker: self.clone(), trial, settled: false })
     }
 
+    /// A connection failure seen outside any pass (a statement inside a
+    /// transaction, after its BEGIN settled the pass).
+    pub(crate) fn record_failure(&self, cause: &str) {
+        self.fail(false, cause);
+    }
+
     fn fail(&self, trial: bool, cause: &str) {
         let mut st = self.lock();
         let failures = match &*st {

@@ -3,7 +3,7 @@
 //! `Client`) can reuse it.
 
 use bytes::BytesMut;
-use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
+use tokio_postgres::types::{to_sql_checked, FromSql, IsNull, ToSql, Type};
 use waymark_store::protocol::ParamType;
 use waymark_store::{ExecError, ExecErrorKind, Row, Value};
 
@@ -107,9 +107,7 @@ fn decode_values(row: &tokio_postgres::Row) -> Result<Vec<Value>, ExecError> {
                     .map_err(decode_err)?
                     .map_or(Value::Null, |v| Value::Float8(f64::from(v)))
             } else if *ty == Type::JSONB || *ty == Type::JSON {
-                row.try_get::<_, Option<serde_json::Value>>(i)
-                    .map_err(decode_err)?
-                    .map_or(Value::Null, Value::Jsonb)
+                row.try_get::<_, Option<JsonCell>>(i).map_err(decode_err)?.map_or(Value::Null, |c| c.0)
             } else if *ty == Type::TEXT_ARRAY || *ty == Type::VARCHAR_ARRAY || *ty == Type::NAME_ARRAY {
                 row.try_get::<_, Option<Vec<String>>>(i)
                     .map_err(decode_err)?
@@ -125,6 +123,36 @@ fn decode_values(row: &tokio_postgres::Row) -> Result<Vec<Value>, ExecError> {
             Ok(value)
         })
         .collect()
+}
+
+/// A `json` or `jsonb` cell: [`Value::Jsonb`] when serde_json can hold it,
+/// else [`Value::Text`] with its JSON text. Legal jsonb that serde_json
+/// refuses exists (a number past f64's range such as `1e400`, nesting deeper
+/// than 128): any client can write it, and one such cell must not fail the
+/// whole result (a claim's rows are already committed as running). The
+/// store turns the text into a per-row decode error that names the column.
+struct JsonCell(Value);
+
+impl<'a> FromSql<'a> for JsonCell {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        let text = if *ty == Type::JSONB {
+            match raw.split_first() {
+                Some((1, text)) => text,
+                Some((version, _)) => return Err(format!("unsupported jsonb version {version}").into()),
+                None => return Err("empty jsonb value".into()),
+            }
+        } else {
+            raw
+        };
+        Ok(JsonCell(match serde_json::from_slice(text) {
+            Ok(json) => Value::Jsonb(json),
+            Err(_) => Value::Text(String::from_utf8_lossy(text).into_owned()),
+        }))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::JSONB || *ty == Type::JSON
+    }
 }
 
 /// Classifies a tokio-postgres error: connection class (08*, 57P01-57P03,

@@ -79,8 +79,11 @@ impl Lease {
                 ExecErrorKind::Connection => {
                     self.conn.broken = true;
                     Counters::bump(&c.connection_errors);
-                    if let Some(p) = pass {
-                        p.connection_failure(&e.to_string());
+                    match pass {
+                        Some(p) => p.connection_failure(&e.to_string()),
+                        // A statement inside a transaction, whose pass the
+                        // BEGIN settled: the failure still counts.
+                        None => pool.inner.breaker.record_failure(&e.to_string()),
                     }
                 }
                 ExecErrorKind::Timeout => {

@@ -33,12 +33,13 @@ impl PoolTransaction {
                 client.batch_execute("begin isolation level read committed").await.map_err(map_error)
             })
             .await;
+        // The breaker's pass (a half-open trial, maybe) is decided by the
+        // BEGIN's answer: held for the transaction's life, a trial would
+        // fence every other call of the process out until it ended.
+        lease.settle(&pool, result.as_ref().map(|_| ()));
         match result {
             Ok(()) => (Ok(PoolTransaction { pool, lease: Some(lease) }), true),
-            Err(e) => {
-                lease.settle(&pool, Err(&e));
-                (Err(e), true)
-            }
+            Err(e) => (Err(e), true),
         }
     }
 

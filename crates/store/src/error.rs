@@ -80,12 +80,17 @@ pub enum Error {
     },
     /// A wait ran out before the task finished. The task goes on; wait
     /// again, or cancel it.
-    #[error("task {task_id} did not finish within {waited:?}; it keeps running")]
+    #[error("task {task_id} did not finish within {waited:?}{}", last_seen(.last))]
     TaskTimeout {
-        /// The task.
+        /// The task (for a `wait_by_key` whose key never named one, `key "..."`).
         task_id: String,
         /// How long the caller waited.
         waited: std::time::Duration,
+        /// The task as one full read at the timeout found it, or, if that
+        /// read could not run (a saturated pool, a lost connection), as the
+        /// wait last read it in full. `None` when the read found no task
+        /// (purged, or a key that names none) or no full read ever ran.
+        last: Option<Box<crate::task::Task>>,
     },
     /// [`Store::call`](crate::Store::call): the task ended `failed`.
     #[error("task {task_id} failed: {}", envelope_summary(.error))]
@@ -132,6 +137,14 @@ impl Error {
     /// Whether this is [`Error::LockTimeout`].
     pub fn is_lock_timeout(&self) -> bool {
         matches!(self, Error::LockTimeout { .. })
+    }
+
+    /// The task as a timed-out wait last saw it, for [`Error::TaskTimeout`].
+    pub fn last_snapshot(&self) -> Option<&crate::task::Task> {
+        match self {
+            Error::TaskTimeout { last, .. } => last.as_deref(),
+            _ => None,
+        }
     }
 
     /// Whether this is [`Error::InvalidArgument`].
@@ -186,6 +199,13 @@ impl Error {
             Error::Executor(e) | Error::Migration { source: e, .. } => Some(e),
             _ => None,
         }
+    }
+}
+
+fn last_seen(last: &Option<Box<crate::task::Task>>) -> String {
+    match last {
+        Some(task) => format!(" (last seen {}); it keeps running", task.status),
+        None => String::new(),
     }
 }
 

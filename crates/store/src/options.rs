@@ -321,12 +321,17 @@ pub struct Failure {
     pub retryable: bool,
     /// Delay before the retry is due, at least 0. Defaults to 0.
     pub delay_ms: i64,
+    /// The claim this failure is for: with `Some(n)` it lands only while
+    /// the task is on attempt `n`, so a failure resent after a lost answer
+    /// never settles a later claim of the same task by the same worker.
+    /// Defaults to `None` (the protocol's check: id, worker, live lease).
+    pub attempt: Option<i32>,
 }
 
 impl Failure {
     /// A retryable failure with `error`, due again at once.
     pub fn new(error: Json) -> Self {
-        Failure { error, retryable: true, delay_ms: 0 }
+        Failure { error, retryable: true, delay_ms: 0, attempt: None }
     }
 
     /// Sets whether it may be retried.
@@ -338,6 +343,12 @@ impl Failure {
     /// Sets the retry delay.
     pub fn delay_ms(mut self, ms: i64) -> Self {
         self.delay_ms = ms;
+        self
+    }
+
+    /// Fences the failure to the claim on `attempt` (see [`Failure::attempt`]).
+    pub fn on_attempt(mut self, attempt: i32) -> Self {
+        self.attempt = Some(attempt);
         self
     }
 }

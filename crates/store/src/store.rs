@@ -425,13 +425,48 @@ impl<E: PgExecutor> Store<E> {
                     claim_draw(&mut tx, req).await
                 }
                 .await;
-                return finish(tx, out, "claim").await;
+                let claimed = finish(tx, out, "claim").await?;
+                return Ok(self.fail_unreadable(claimed, &req.worker_id).await);
             }
             if !due {
                 return Ok(Vec::new());
             }
         }
-        claim_draw(&mut Autocommit(&self.exec), req).await
+        let claimed = claim_draw(&mut Autocommit(&self.exec), req).await?;
+        Ok(self.fail_unreadable(claimed, &req.worker_id).await)
+    }
+
+    /// A claimed task whose row cannot be read ([`Task::unreadable`]) is
+    /// never handed out: no handler could see its payload as written. It
+    /// fails for good here, with an envelope naming the column, and the
+    /// others go on. If that write fails too, the task is left to its
+    /// lease, which expires and fails it the same way in the end.
+    async fn fail_unreadable(&self, claimed: Vec<Task>, worker_id: &str) -> Vec<Task> {
+        if claimed.iter().all(|t| t.unreadable.is_none()) {
+            return claimed;
+        }
+        let mut readable = Vec::with_capacity(claimed.len());
+        for task in claimed {
+            let Some(why) = &task.unreadable else {
+                readable.push(task);
+                continue;
+            };
+            let envelope = ErrorEnvelope {
+                details: serde_json::json!({ "unreadable": why }),
+                ..ErrorEnvelope::new(
+                    "UnreadableTask",
+                    crate::task::codes::TASK_ERROR,
+                    format!("waymark cannot read this task's row: {why}"),
+                    false,
+                )
+            };
+            let failure = Failure::new(envelope.to_json()).retryable(false).on_attempt(task.attempt);
+            tracing::warn!(task = %task.id, reason = %why, "claimed a task whose row cannot be read; failing it");
+            if let Err(e) = fail(&mut Autocommit(&self.exec), &task.id, worker_id, &failure).await {
+                tracing::warn!(task = %task.id, error = %e, "failing an unreadable task failed; its lease will expire");
+            }
+        }
+        readable
     }
 
     /// Extends a lease; [`Error::LostLease`] if the worker no longer holds it.
@@ -527,7 +562,14 @@ impl<E: PgExecutor> Store<E> {
     /// attempt not spent; canceled instead if a cancel was requested.
     /// A waymark addition to the protocol (`release.sql`).
     pub async fn release(&self, id: &str, worker_id: &str) -> Result<Task> {
-        owned(&mut Autocommit(&self.exec), Statement::Release, vec![], id, worker_id).await
+        self.release_attempt(id, worker_id, None).await
+    }
+
+    /// [`Store::release`] fenced to one claim: with `Some(n)` it gives the
+    /// task back only while it is on attempt `n` (see [`Failure::attempt`]).
+    pub async fn release_attempt(&self, id: &str, worker_id: &str, attempt: Option<i32>) -> Result<Task> {
+        let binds: Binds = vec![("attempt", attempt.into())];
+        owned(&mut Autocommit(&self.exec), Statement::Release, binds, id, worker_id).await
     }
 
     /// Settles several owned tasks with one commit for all: each settlement
@@ -687,6 +729,7 @@ async fn fail<S: PgSession + ?Sized>(
         ("retryable", failure.retryable.into()),
         ("error", failure.error.clone().into()),
         ("delay_ms", failure.delay_ms.into()),
+        ("attempt", failure.attempt.into()),
     ];
     owned(s, Statement::Fail, binds, id, worker_id).await
 }

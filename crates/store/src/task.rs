@@ -119,6 +119,15 @@ pub struct Task {
     pub updated_at_ms: i64,
     /// When it became terminal, epoch ms.
     pub completed_at_ms: Option<i64>,
+    /// Set when a JSON column of the row could not be read: legal jsonb
+    /// that serde_json cannot hold (a number past f64's range such as
+    /// `1e400`, nesting deeper than 128), which another SDK or plain SQL
+    /// may have written. The message names the column; that field reads as
+    /// `null` here, and the database keeps the value as written. A claim
+    /// never hands out such a task: it fails it for good (see
+    /// [`Store::claim`](crate::Store::claim)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<String>,
 }
 
 impl Task {
@@ -127,17 +136,30 @@ impl Task {
         self.error.clone().and_then(|e| serde_json::from_value(e).ok())
     }
 
+    /// Decodes a row. A JSON column that cannot be read does not fail the
+    /// row (one such task must never fail a claim or a list of others): it
+    /// reads as `null` and [`Task::unreadable`] says why.
     pub(crate) fn from_row(mut row: Row) -> Result<Task> {
         let r = &mut row;
+        let mut unreadable = Vec::new();
+        let mut lenient = |r: &mut Row, col: &str| -> Result<Option<Json>> {
+            match json(r, col) {
+                Err(Error::Decode(why)) => {
+                    unreadable.push(why);
+                    Ok(None)
+                }
+                other => other,
+            }
+        };
         Ok(Task {
+            payload: lenient(r, "payload")?.unwrap_or(Json::Null),
+            result: lenient(r, "result")?,
+            error: lenient(r, "error")?,
+            metadata: lenient(r, "metadata")?.unwrap_or(Json::Null),
             id: text(r, "id")?,
             name: text(r, "name")?,
             queue: text(r, "queue")?,
             status: status(r, "status")?,
-            payload: json(r, "payload")?.unwrap_or(Json::Null),
-            result: json(r, "result")?,
-            error: json(r, "error")?,
-            metadata: json(r, "metadata")?.unwrap_or(Json::Null),
             progress: opt_f64(r, "progress")?,
             message: opt_text(r, "message")?,
             attempt: int4(r, "attempt")?,
@@ -153,6 +175,7 @@ impl Task {
             created_at_ms: int8(r, "created_at_ms")?,
             updated_at_ms: int8(r, "updated_at_ms")?,
             completed_at_ms: opt_int8(r, "completed_at_ms")?,
+            unreadable: if unreadable.is_empty() { None } else { Some(unreadable.join("; ")) },
         })
     }
 }
@@ -367,9 +390,11 @@ fn json(row: &mut Row, col: &str) -> Result<Option<Json>> {
     match take(row, col)? {
         Value::Null => Ok(None),
         Value::Jsonb(j) => Ok(Some(j)),
+        // An executor hands back as text the JSON that serde_json cannot
+        // hold (see `Value`); JSON text from a thin adapter parses here.
         Value::Text(s) => serde_json::from_str(&s)
             .map(Some)
-            .map_err(|e| Error::Decode(format!("column {col}: invalid json: {e}"))),
+            .map_err(|e| Error::Decode(format!("column {col}: its JSON cannot be read here ({e})"))),
         other => Err(wrong(col, "jsonb", &other)),
     }
 }

@@ -10,6 +10,12 @@ use serde_json::Value as Json;
 /// `int8` as [`Value::Int8`] and `jsonb` as [`Value::Jsonb`], not as text;
 /// the store's decoders also accept `Int4` for integer columns and JSON text
 /// for `jsonb`, so a thin adapter over a driver that normalises less still works.
+///
+/// A `jsonb` cell that serde_json cannot hold (legal in PostgreSQL: a number
+/// such as `1e400`, nesting deeper than 128) must come back as
+/// [`Value::Text`] with its JSON text, never as an error of the whole
+/// result: the store then reads that one row as unreadable and every other
+/// row as usual. The executor kit checks this.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
     /// SQL `NULL`.

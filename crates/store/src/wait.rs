@@ -6,7 +6,13 @@
 //! came. So a notification lost on the way, or sent between the read and
 //! the wait, costs at most one backstop interval; without any listener the
 //! wait still finishes, by polling.
+//!
+//! A wait answers terminal rows only. Its probe reads the id and status, and
+//! a full read follows once the probe says terminal; a re-read that finds
+//! the task queued again (a `retry` landed between the two) or gone (a
+//! purge) is no answer, and the wait goes on, as cairnq's does.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
@@ -16,7 +22,7 @@ use crate::executor::PgExecutor;
 use crate::options::NewTask;
 use crate::signals::{Channel, Signal};
 use crate::store::Store;
-use crate::task::{Task, TaskStatus};
+use crate::task::{Task, TaskState, TaskStatus};
 
 const FIRST_BACKSTOP: Duration = Duration::from_millis(100);
 const MAX_BACKSTOP: Duration = Duration::from_millis(500);
@@ -26,8 +32,8 @@ fn grow(current: Duration) -> Duration {
     (current * 3 / 2).min(MAX_BACKSTOP)
 }
 
-/// A probe that failed for a passing reason (the pool saturated, its
-/// breaker open, a lost connection, a timeout) is retried on the next
+/// A wait's read that failed for a passing reason (the pool saturated, its
+/// breaker open, a lost connection, a timeout) is tried again on the next
 /// backstop rather than failing the wait: `Ok(None)`. Anything else fails it.
 fn transient<T>(probe: Result<T>) -> Result<Option<T>> {
     use crate::executor::ExecErrorKind::*;
@@ -36,36 +42,67 @@ fn transient<T>(probe: Result<T>) -> Result<Option<T>> {
         Err(e)
             if matches!(e.exec_kind(), Some(Saturated | CircuitOpen | Connection | Timeout | Capacity)) =>
         {
-            tracing::debug!(error = %e, "wait probe failed; trying again on the backstop");
+            tracing::debug!(error = %e, "wait read failed; trying again on the backstop");
             Ok(None)
         }
         Err(e) => Err(e),
     }
 }
 
+/// What one turn of a wait found.
+#[derive(Debug)]
+enum Found {
+    /// No task under the id, or the key names none.
+    Nothing,
+    /// Task `id`, not done: live when probed, or moved on between the probe
+    /// and the full re-read. `row` is the full row, when the turn read one.
+    Pending { id: String, row: Option<Task> },
+    /// The task, terminal by its full row.
+    Done(Task),
+}
+
+/// The full re-read that follows a probe which found task `id` terminal
+/// (`None`: gone, or the read could not run). A `retry` landing between the
+/// two reads queues the task again, a purge deletes it: neither is an end
+/// to answer, so the wait goes on, as cairnq's does.
+fn reread(id: String, row: Option<Task>) -> Found {
+    match row {
+        Some(task) if task.status.is_terminal() => Found::Done(task),
+        row => Found::Pending { id, row },
+    }
+}
+
 impl<E: PgExecutor> Store<E> {
     /// Waits until task `id` is terminal and returns it, whatever its end
-    /// (succeeded, failed or canceled). Past `timeout` it fails with
-    /// [`Error::TaskTimeout`]; the task is not stopped. An unknown id is
-    /// [`Error::NotFound`].
+    /// (succeeded, failed or canceled); never a row that is not terminal.
+    ///
+    /// Past `timeout` it fails with [`Error::TaskTimeout`], which carries
+    /// the task as one last full read finds it; the task is not stopped. An
+    /// id that the first read does not find fails at once with
+    /// [`Error::NotFound`]: it never existed, or was purged before the wait
+    /// began. A task the wait has seen and that then vanishes (purged while
+    /// it waits) is waited for until the timeout, as cairnq does: the
+    /// timeout then carries no snapshot.
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<Task> {
         let started = Instant::now();
         let mut subscription = self.signals.subscribe_done(id);
         self.signals.ensure_listening(self.executor(), Channel::Done).await;
         let mut backstop = FIRST_BACKSTOP;
+        let (mut seen, mut last) = (false, None);
         loop {
-            let probe = {
-                let _turn = self.signals.probes.acquire().await.expect("the probe semaphore is never closed");
-                self.get_status(id).await
-            };
-            match transient(probe)? {
-                Some(None) => return Err(Error::NotFound { what: format!("task {id}") }),
-                Some(Some(state)) if state.status.is_terminal() => return self.fetch(id).await,
-                _ => {}
+            match self.turn(self.get_status(id)).await? {
+                Some(Found::Done(task)) => return Ok(task),
+                Some(Found::Nothing) if !seen => return Err(Error::NotFound { what: format!("task {id}") }),
+                Some(Found::Pending { row, .. }) => {
+                    seen = true;
+                    last = row.or(last);
+                }
+                // Gone after it was seen, or the probe could not run: wait on.
+                Some(Found::Nothing) | None => {}
             }
             let left = timeout.saturating_sub(started.elapsed());
             if left.is_zero() {
-                return Err(Error::TaskTimeout { task_id: id.to_owned(), waited: started.elapsed() });
+                return self.timed_out(self.get(id), id.to_owned(), started, last).await;
             }
             subscription.wait(backstop.min(left)).await;
             backstop = grow(backstop);
@@ -74,54 +111,93 @@ impl<E: PgExecutor> Store<E> {
     }
 
     /// Waits for the task the key names, re-resolving the key at each probe
-    /// (a `replace` may point it at a new task meanwhile). An unknown key is
-    /// [`Error::NotFound`].
+    /// (a `replace` may point it at a new task meanwhile). A key that names
+    /// no task, yet or any more, is waited for like a task that is not done:
+    /// the task a later submit under it makes is the one waited for. Past
+    /// `timeout`, [`Error::TaskTimeout`] names the task the key named last
+    /// (`key "..."` if it never named one).
     pub async fn wait_by_key(&self, key: &str, timeout: Duration) -> Result<Task> {
         let started = Instant::now();
         let mut subscription = None;
+        let mut last = None;
         let mut backstop = FIRST_BACKSTOP;
         loop {
-            let probe = {
-                let _turn = self.signals.probes.acquire().await.expect("the probe semaphore is never closed");
-                transient(self.get_status_by_key(key).await)?
-            };
-            let state = match probe {
-                Some(Some(state)) => state,
-                Some(None) => return Err(Error::NotFound { what: format!("key {key:?}") }),
-                None => {
-                    // The probe could not run now: try again on the backstop.
-                    let left = timeout.saturating_sub(started.elapsed());
-                    if left.is_zero() {
-                        return Err(Error::TaskTimeout {
-                            task_id: format!("key {key:?}"),
-                            waited: started.elapsed(),
-                        });
+            match self.turn(self.get_status_by_key(key)).await? {
+                Some(Found::Done(task)) => return Ok(task),
+                Some(Found::Pending { id, row }) => {
+                    last = row.or(last);
+                    // Register for the task the key names now; if that
+                    // changed, the next probe is the re-read that a
+                    // registration must precede.
+                    if subscription.as_ref().is_none_or(|(current, _)| *current != id) {
+                        subscription = Some((id.clone(), self.signals.subscribe_done(&id)));
+                        self.signals.ensure_listening(self.executor(), Channel::Done).await;
+                        continue;
                     }
-                    tokio::time::sleep(backstop.min(left)).await;
-                    backstop = grow(backstop);
-                    continue;
                 }
-            };
-            // Register for the task the key names now; if that changed, the
-            // read below is the re-read that a registration must precede.
-            if subscription.as_ref().is_none_or(|(id, _)| *id != state.id) {
-                subscription = Some((state.id.clone(), self.signals.subscribe_done(&state.id)));
-                self.signals.ensure_listening(self.executor(), Channel::Done).await;
-                continue;
-            }
-            if state.status.is_terminal() {
-                return self.fetch(&state.id).await;
+                // No task under the key, or the probe could not run: wait on.
+                Some(Found::Nothing) | None => {}
             }
             let left = timeout.saturating_sub(started.elapsed());
             if left.is_zero() {
-                return Err(Error::TaskTimeout { task_id: state.id, waited: started.elapsed() });
+                let task_id =
+                    subscription.as_ref().map_or_else(|| format!("key {key:?}"), |(id, _)| id.clone());
+                return self.timed_out(self.get_by_key(key), task_id, started, last).await;
             }
-            if let Some((_, s)) = subscription.as_mut() {
-                s.wait(backstop.min(left)).await;
+            match subscription.as_mut() {
+                Some((_, s)) => {
+                    s.wait(backstop.min(left)).await;
+                    self.signals.ensure_listening(self.executor(), Channel::Done).await;
+                }
+                // Nothing to be signalled about (a submit sends no done
+                // signal): the backstop finds the task the key comes to name.
+                None => tokio::time::sleep(backstop.min(left)).await,
             }
             backstop = grow(backstop);
-            self.signals.ensure_listening(self.executor(), Channel::Done).await;
         }
+    }
+
+    /// One turn of a wait, under the probe semaphore: the cheap probe, and
+    /// the full row only once the probe finds the task terminal. `Ok(None)`:
+    /// the probe failed for a passing reason; try again on the backstop.
+    async fn turn(&self, probe: impl Future<Output = Result<Option<TaskState>>>) -> Result<Option<Found>> {
+        let _turn = self.signals.probes.acquire().await.expect("the probe semaphore is never closed");
+        let state = match transient(probe.await)? {
+            None => return Ok(None),
+            Some(None) => return Ok(Some(Found::Nothing)),
+            Some(Some(state)) => state,
+        };
+        if !state.status.is_terminal() {
+            return Ok(Some(Found::Pending { id: state.id, row: None }));
+        }
+        // A re-read that cannot run now leaves the task pending, like one
+        // that finds it gone: the next turn looks again.
+        let row = transient(self.get(&state.id).await)?.flatten();
+        Ok(Some(reread(state.id, row)))
+    }
+
+    /// The end of a wait whose time is up: one full read (once per wait), so
+    /// that [`Error::TaskTimeout`] carries the task as it is now rather than
+    /// the probe's bare status; if that read cannot run, the last full row
+    /// the wait read. A task that ended meanwhile is the answer after all.
+    async fn timed_out(
+        &self,
+        read: impl Future<Output = Result<Option<Task>>>,
+        task_id: String,
+        started: Instant,
+        last: Option<Task>,
+    ) -> Result<Task> {
+        let now = {
+            let _turn = self.signals.probes.acquire().await.expect("the probe semaphore is never closed");
+            transient(read.await)?
+        };
+        let last = match now {
+            Some(Some(task)) if task.status.is_terminal() => return Ok(task),
+            Some(now) => now,
+            None => last,
+        };
+        let task_id = last.as_ref().map_or(task_id, |task| task.id.clone());
+        Err(Error::TaskTimeout { task_id, waited: started.elapsed(), last: last.map(Box::new) })
     }
 
     /// Submits `task` and waits for its end: `Ok` with the succeeded task,
@@ -135,6 +211,7 @@ impl<E: PgExecutor> Store<E> {
             TaskStatus::Failed => {
                 Err(Error::TaskFailed { error: done.error_envelope().map(Box::new), task_id: done.id })
             }
+            // `wait` answers terminal rows only: this one is canceled.
             _ => Err(Error::TaskCanceled { task_id: done.id }),
         }
     }

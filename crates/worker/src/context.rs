@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value as Json;
 use tokio::sync::watch;
-use waymark_store::{Error, NewTask, PgExecutor, PgTransaction, Result, Store, Task};
+use waymark_store::{Error, NewTask, PgExecutor, PgTransaction, Result, RetryBackoff, Store, Task};
 
 /// Why a task's token fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +28,8 @@ pub enum CancelReason {
 #[derive(Debug)]
 pub(crate) struct Running {
     pub(crate) id: String,
+    /// The claim's attempt: the worker's own writes are fenced to it.
+    pub(crate) attempt: i32,
     cancel: watch::Sender<Option<CancelReason>>,
     lost: AtomicBool,
     /// Settled (or given back): no other write may follow.
@@ -35,9 +37,10 @@ pub(crate) struct Running {
 }
 
 impl Running {
-    pub(crate) fn new(id: String) -> Arc<Self> {
+    pub(crate) fn new(id: String, attempt: i32) -> Arc<Self> {
         Arc::new(Running {
             id,
+            attempt,
             cancel: watch::channel(None).0,
             lost: AtomicBool::new(false),
             settled: AtomicBool::new(false),
@@ -54,6 +57,11 @@ impl Running {
                 false
             }
         });
+    }
+
+    /// Why the token fired, if it did.
+    pub(crate) fn reason(&self) -> Option<CancelReason> {
+        *self.cancel.borrow()
     }
 
     pub(crate) fn mark_lost(&self) {
@@ -82,6 +90,7 @@ pub struct TaskContext<E> {
     task: Arc<Task>,
     worker_id: Arc<str>,
     lease_ms: i64,
+    backoff: RetryBackoff,
     running: Arc<Running>,
     token: watch::Receiver<Option<CancelReason>>,
 }
@@ -93,6 +102,7 @@ impl<E> Clone for TaskContext<E> {
             task: self.task.clone(),
             worker_id: self.worker_id.clone(),
             lease_ms: self.lease_ms,
+            backoff: self.backoff,
             running: self.running.clone(),
             token: self.token.clone(),
         }
@@ -105,10 +115,11 @@ impl<E: PgExecutor> TaskContext<E> {
         task: Arc<Task>,
         worker_id: Arc<str>,
         lease_ms: i64,
+        backoff: RetryBackoff,
         running: Arc<Running>,
     ) -> Self {
         let token = running.cancel.subscribe();
-        TaskContext { store, task, worker_id, lease_ms, running, token }
+        TaskContext { store, task, worker_id, lease_ms, backoff, running, token }
     }
 
     /// The task id.
@@ -250,16 +261,49 @@ impl<E: PgExecutor> TaskContext<E> {
         };
         match self.store.complete_in(&mut tx, &self.task.id, &self.worker_id, result).await {
             Ok(task) => {
-                // Claimed before the commit: if the commit fails, the lease
-                // runs out and another worker runs the task again.
+                // Claimed before the commit, so the worker never settles the
+                // task on top of it (a handler returning Ok after a failed
+                // commit must not succeed without its writes).
                 self.running.take_settlement();
-                tx.commit().await?;
-                Ok(task)
+                match tx.commit().await {
+                    Ok(()) => Ok(task),
+                    Err(e) => {
+                        let e = Error::from(e);
+                        self.record_failed_commit(&e).await;
+                        Err(e)
+                    }
+                }
             }
             Err(e) => {
                 let _ = tx.rollback().await;
                 Err(self.note::<Task>(Err(e)).unwrap_err())
             }
+        }
+    }
+
+    /// A COMMIT that the server refused (it answered with an error: a
+    /// deferred constraint, a serialisation failure) rolled everything back,
+    /// settlement included, and the task is still ours: record that error
+    /// as a retryable failure, as if the handler had returned it. A commit
+    /// whose answer never came (a lost connection, a timeout) may have
+    /// landed: that task is left to its lease.
+    async fn record_failed_commit(&self, e: &Error) {
+        let definite = e.exec_kind() == Some(waymark_store::ExecErrorKind::Query) && e.sqlstate().is_some();
+        if !definite || self.running.is_lost() {
+            tracing::warn!(task = %self.task.id, error = %e, "commit of complete_in failed with an unknown outcome; the lease decides");
+            return;
+        }
+        let envelope = crate::error::envelope(
+            "CommitFailed",
+            waymark_store::codes::HANDLER_ERROR,
+            format!("the commit of complete_in failed: {e}"),
+            true,
+        );
+        let failure = waymark_store::Failure::new(envelope)
+            .delay_ms(self.backoff.delay_ms(self.task.attempt))
+            .on_attempt(self.task.attempt);
+        if let Err(err) = self.store.fail(&self.task.id, &self.worker_id, &failure).await {
+            tracing::warn!(task = %self.task.id, error = %err, "recording a failed commit failed; the lease decides");
         }
     }
 

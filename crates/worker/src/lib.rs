@@ -61,7 +61,10 @@
 //! finish within the grace period (default 10 s), then fires their tokens
 //! with [`CancelReason::Shutdown`], stops them, and gives their tasks back:
 //! queued and due now, the attempt not spent, so another worker takes them
-//! at once.
+//! at once. A handler that answers its token (with `Ok` or `Err`) has its
+//! task given back too, never failed or succeeded; one stuck in blocking
+//! code cannot hold `run()`: its task is given back as well, and `run()`
+//! returns within the grace plus about three seconds.
 
 mod context;
 mod error;

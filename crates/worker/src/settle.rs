@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use waymark_store::{PgExecutor, Result, Settled, Settlement, Store};
 
 type Reply = oneshot::Sender<Result<Settled>>;
@@ -23,13 +23,14 @@ impl Settler {
         store: Arc<Store<E>>,
         max_batch: usize,
         window: Duration,
-    ) -> (Self, Option<tokio::task::JoinHandle<()>>) {
+    ) -> (Self, Option<Batcher>) {
         if max_batch <= 1 {
             return (Settler { tx: None }, None);
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(batch_loop(store, rx, max_batch, window));
-        (Settler { tx: Some(tx) }, Some(task))
+        let (close, closing) = watch::channel(false);
+        let task = tokio::spawn(batch_loop(store, rx, closing, max_batch, window));
+        (Settler { tx: Some(tx) }, Some(Batcher { task, close }))
     }
 
     pub(crate) async fn settle<E: PgExecutor>(&self, store: &Store<E>, s: Settlement) -> Result<Settled> {
@@ -62,18 +63,52 @@ async fn settle_one<E: PgExecutor>(store: &Store<E>, s: &Settlement) -> Result<S
     Ok(Settled::from(&task))
 }
 
+/// The batching task, stopped by [`Batcher::finish`].
+pub(crate) struct Batcher {
+    task: tokio::task::JoinHandle<()>,
+    close: watch::Sender<bool>,
+}
+
+impl Batcher {
+    /// Flushes what is queued and waits for every flush to be answered.
+    /// It does not wait for the senders to go away: a run stuck in
+    /// blocking code may hold one for good (a later settlement goes
+    /// straight to the store).
+    pub(crate) async fn finish(self) {
+        self.close.send_replace(true);
+        let _ = self.task.await;
+    }
+}
+
 /// Batches in flight at once: while one commits, the next fills.
 const FLUSHES_IN_FLIGHT: usize = 4;
 
 async fn batch_loop<E: PgExecutor + 'static>(
     store: Arc<Store<E>>,
     mut rx: mpsc::UnboundedReceiver<(Settlement, Reply)>,
+    mut closing: watch::Receiver<bool>,
     max_batch: usize,
     window: Duration,
 ) {
     let slots = Arc::new(tokio::sync::Semaphore::new(FLUSHES_IN_FLIGHT));
     let mut flushes = tokio::task::JoinSet::new();
-    while let Some(first) = rx.recv().await {
+    loop {
+        let first = tokio::select! {
+            biased;
+            item = rx.recv() => match item {
+                Some(item) => item,
+                None => break,
+            },
+            _ = closing.wait_for(|closed| *closed) => {
+                // Later sends fail and go straight to the store; what was
+                // queued before this is flushed below.
+                rx.close();
+                match rx.try_recv() {
+                    Ok(item) => item,
+                    Err(_) => break,
+                }
+            }
+        };
         let mut batch = vec![first];
         let deadline = tokio::time::Instant::now() + window;
         while batch.len() < max_batch {

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -230,6 +230,7 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
                 on_error: self.on_error,
                 handlers: self.handlers,
                 running: Mutex::default(),
+                busy: AtomicUsize::new(0),
                 slot_freed: Notify::new(),
                 stop,
                 past_grace: watch::channel(false).0,
@@ -256,6 +257,9 @@ struct Shared<E> {
     on_error: ErrorHook,
     handlers: HashMap<String, Arc<dyn Handler<E>>>,
     running: Mutex<HashMap<String, Arc<Running>>>,
+    /// Runs in flight. Counted apart from `running`: a task re-claimed
+    /// while our earlier run of it winds down holds two slots, one entry.
+    busy: AtomicUsize,
     slot_freed: Notify,
     stop: watch::Sender<bool>,
     /// Set when shutdown's grace period has passed: runs still going stop.
@@ -270,7 +274,7 @@ impl<E> Shared<E> {
     }
 
     fn running_count(&self) -> usize {
-        self.running.lock().expect("running lock").len()
+        self.busy.load(Ordering::SeqCst)
     }
 }
 
@@ -360,7 +364,7 @@ impl<E: PgExecutor + 'static> Worker<E> {
         shutdown(&shared, &mut runs).await;
         drop(settler);
         if let Some(b) = batcher {
-            let _ = b.await; // flushes what is queued, then ends
+            b.finish().await; // flushes what is queued, then ends
         }
     }
 }
@@ -384,8 +388,10 @@ async fn claim_loop<E: PgExecutor + 'static>(
     let request = ClaimRequest::new(shared.worker_id.to_string(), shared.queues.iter().cloned())
         .names(names)
         .lease_ms(shared.lease_ms);
-    // Claims under way, each with the slots it asked for.
-    let mut claims: JoinSet<(usize, Result<Vec<Task>, Error>)> = JoinSet::new();
+    // Claims under way, and the slots each asked for (by task id, so that
+    // a claim task that panicked still gives its slots back).
+    let mut claims: JoinSet<Result<Vec<Task>, Error>> = JoinSet::new();
+    let mut asked: HashMap<tokio::task::Id, usize> = HashMap::new();
     let mut reserved = 0usize;
     // Set when a claim came back short: wait for a wakeup before the next.
     let mut dry = false;
@@ -401,8 +407,11 @@ async fn claim_loop<E: PgExecutor + 'static>(
         if *stop.borrow() {
             // Claimed tasks are ours: run them, so shutdown settles or
             // gives them back like the rest.
-            while let Some(Ok((_, out))) = claims.join_next().await {
-                start_all(shared, settler, runs, out);
+            while let Some(done) = claims.join_next().await {
+                match done {
+                    Ok(out) => start_all(shared, settler, runs, out),
+                    Err(e) => shared.report("claim", claim_panicked(e)),
+                }
             }
             return;
         }
@@ -427,21 +436,25 @@ async fn claim_loop<E: PgExecutor + 'static>(
             }
             let (store, req) = (shared.store.clone(), request.clone().limit(free as i64).probe(probe));
             reserved += free;
-            claims.spawn(async move { (free, store.claim(&req).await) });
+            let handle = claims.spawn(async move { store.claim(&req).await });
+            asked.insert(handle.id(), free);
             continue;
         }
         let slots_full = shared.concurrency <= shared.running_count() + reserved;
         tokio::select! {
             _ = stop.changed() => {}
-            Some(done) = claims.join_next(), if !claims.is_empty() => {
-                if let Ok((asked, out)) = done {
-                    reserved -= asked;
-                    dry = !matches!(&out, Ok(tasks) if tasks.len() == asked);
-                    // A failed claim may have been the one that probed: the
-                    // next one probes (and so recovers leases) instead.
-                    probe_due |= out.is_err();
-                    start_all(shared, settler, runs, out);
-                }
+            Some(done) = claims.join_next_with_id(), if !claims.is_empty() => {
+                let (id, out) = match done {
+                    Ok((id, out)) => (id, out),
+                    Err(e) => (e.id(), Err(claim_panicked(e))),
+                };
+                let slots = asked.remove(&id).unwrap_or(0);
+                reserved -= slots;
+                dry = !matches!(&out, Ok(tasks) if tasks.len() == slots);
+                // A failed claim may have been the one that probed: the
+                // next one probes (and so recovers leases) instead.
+                probe_due |= out.is_err();
+                start_all(shared, settler, runs, out);
             }
             _ = shared.slot_freed.notified(), if slots_full => {}
             // A queued signal or a poll (a queue watch yields no done signals).
@@ -451,6 +464,14 @@ async fn claim_loop<E: PgExecutor + 'static>(
             }
         }
     }
+}
+
+/// A claim task that panicked or was cancelled: what it claimed, if
+/// anything, comes back when the leases expire.
+fn claim_panicked(e: tokio::task::JoinError) -> Error {
+    Error::Decode(format!(
+        "the claim task ended abnormally ({e}); its claims, if any, return on lease expiry"
+    ))
 }
 
 fn start_all<E: PgExecutor + 'static>(
@@ -475,7 +496,8 @@ fn start_run<E: PgExecutor + 'static>(
     runs: &mut JoinSet<()>,
     task: Task,
 ) {
-    let running = Running::new(task.id.clone());
+    let running = Running::new(task.id.clone(), task.attempt);
+    shared.busy.fetch_add(1, Ordering::SeqCst);
     let previous = shared.running.lock().expect("running lock").insert(task.id.clone(), running.clone());
     if let Some(old) = previous {
         // Our own earlier run of this task lost its lease (the claim just
@@ -507,6 +529,7 @@ impl<E> Drop for Slot<E> {
             map.remove(&self.running.id);
         }
         drop(map);
+        self.shared.busy.fetch_sub(1, Ordering::SeqCst);
         self.shared.slot_freed.notify_one();
     }
 }
@@ -532,6 +555,7 @@ async fn run_handler<E: PgExecutor + 'static>(
         task.clone(),
         shared.worker_id.clone(),
         shared.lease_ms,
+        shared.backoff,
         running.clone(),
     );
     // The call itself may panic too (its synchronous part, a payload's
@@ -607,8 +631,11 @@ fn settlement_for<E: PgExecutor + 'static>(
         tracing::debug!(task = %task.id, "lease lost; the late settlement is dropped");
         return None;
     }
-    if matches!(end, RunEnd::Stopped) {
-        return None; // shutdown gives it back
+    if matches!(end, RunEnd::Stopped) || running.reason() == Some(CancelReason::Shutdown) {
+        // Shutdown gives it back, however the handler answered its token:
+        // an Err must not spend an attempt, an Ok of a run told to stop must
+        // not count as done.
+        return None;
     }
     if !running.take_settlement() {
         return None; // settled by complete_in, or given back at shutdown
@@ -620,7 +647,7 @@ fn settlement_for<E: PgExecutor + 'static>(
         Settlement::Fail {
             id: id.clone(),
             worker_id: worker_id.clone(),
-            failure: Failure::new(error).retryable(retryable).delay_ms(delay_ms),
+            failure: Failure::new(error).retryable(retryable).delay_ms(delay_ms).on_attempt(task.attempt),
         }
     };
     Some(match end {
@@ -752,8 +779,15 @@ async fn heartbeat_loop<E: PgExecutor + 'static>(shared: Arc<Shared<E>>) {
     }
 }
 
+/// How long shutdown waits, after the stop grace, for runs that are
+/// finishing a settlement, before it stops waiting for them.
+const SETTLE_BOUND: Duration = Duration::from_secs(2);
+
 /// Stop claiming (done by the caller), let handlers finish within the
-/// grace period, then cancel the rest and give their tasks back at once.
+/// grace period, then fire the tokens of the rest and give their tasks back.
+/// Ends within the grace plus [`STOP_GRACE`], [`SETTLE_BOUND`] and the
+/// releases, even when a handler is stuck in blocking code (its run is
+/// left behind; its writes are no-ops once the task is given back).
 async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &mut JoinSet<()>) {
     let grace =
         tokio::time::timeout(shared.shutdown_grace, async { while runs.join_next().await.is_some() {} });
@@ -765,26 +799,54 @@ async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &mut J
         r.cancel(CancelReason::Shutdown);
     }
     shared.past_grace.send_replace(true);
-    // Each run now stops within STOP_GRACE, or finishes its settlement; a
-    // run stuck past that (blocking code in an async handler) is aborted.
-    let ended = tokio::time::timeout(STOP_GRACE + Duration::from_secs(5), async {
-        while runs.join_next().await.is_some() {}
-    });
-    if ended.await.is_err() {
+    // A run that answers its token, or is dropped after STOP_GRACE, ends
+    // here; one already settling gets a moment to hear its answer.
+    let ended =
+        tokio::time::timeout(STOP_GRACE + SETTLE_BOUND, async { while runs.join_next().await.is_some() {} })
+            .await
+            .is_ok();
+    if !ended {
+        // Blocking code never yields, so it cannot be aborted or awaited:
+        // give every task back first, whatever its run is doing.
         runs.abort_all();
-        while runs.join_next().await.is_some() {}
     }
-    for r in left {
-        if !r.take_settlement() || r.is_lost() {
-            continue;
-        }
-        match shared.store.release(&r.id, &shared.worker_id).await {
-            Ok(_) => {
-                shared.settled.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) if e.is_lost_lease() => {}
-            Err(e) => shared.report(format!("release {}", r.id), e),
+    let releases = left.iter().filter(|r| !r.is_lost() && r.take_settlement()).map(|r| release(shared, r));
+    futures::future::join_all(releases).await;
+    if !ended {
+        let _ = tokio::time::timeout(Duration::from_millis(100), async {
+            while runs.join_next().await.is_some() {}
+        })
+        .await;
+        if !runs.is_empty() {
+            tracing::warn!(stuck = runs.len(), "shutdown left runs stuck in blocking code behind");
+            runs.detach_all();
         }
     }
     shared.running.lock().expect("running lock").clear();
+}
+
+/// Gives one task back, trying again on passing failures while its lease
+/// lasts (the heartbeat loop keeps renewing it meanwhile). What cannot be
+/// given back is reported and left to lease expiry.
+async fn release<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r: &Running) {
+    let deadline = Instant::now() + Duration::from_millis(shared.lease_ms as u64);
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match shared.store.release_attempt(&r.id, &shared.worker_id, Some(r.attempt)).await {
+            Ok(_) => {
+                shared.settled.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Err(e) if e.is_lost_lease() => return,
+            Err(e) if passing(&e) && Instant::now() + pause < deadline => {
+                tracing::debug!(task = %r.id, error = %e, "release failed; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => {
+                shared.report(format!("release {} (left to lease expiry)", r.id), e);
+                return;
+            }
+        }
+    }
 }

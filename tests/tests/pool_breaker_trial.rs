@@ -1,0 +1,74 @@
+//! The breaker's half-open trial is decided when its call is answered, also
+//! when that call is a BEGIN: a long transaction taken as the trial must not
+//! fence the rest of the process out (heartbeats, settlements and claims
+//! would get `CircuitOpen` and leases would run out), and dropping it later
+//! must not reopen a healthy breaker. The server "goes away" behind a proxy
+//! that cuts every connection and refuses new ones.
+
+use std::time::Duration;
+
+use serde_json::json;
+use waymark_pool::{BreakerState, PgPool};
+use waymark_store::{ClaimRequest, ConnectOptions, ExecErrorKind, NewTask, PgExecutor, PgTransaction, Store};
+use waymark_tests::proxy::{proxy_for, url_through};
+use waymark_tests::TestSchema;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_taken_as_the_trial_does_not_fence_heartbeats() {
+    let schema = TestSchema::new().await;
+    let proxy = proxy_for(&schema.url).await;
+    let pool = PgPool::builder(url_through(&proxy, &schema.url))
+        .max_size(4)
+        .schema(&schema.schema)
+        .breaker_threshold(2)
+        .breaker_open_for(Duration::from_millis(200))
+        .retry_attempts(0)
+        .build()
+        .expect("pool");
+    let store = Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect");
+    let task = store.submit(NewTask::new("trial", json!({}))).await.expect("submit");
+    let claimed = store.claim(&ClaimRequest::new("w1", ["default"]).limit(1)).await.expect("claim");
+    assert_eq!(claimed.len(), 1);
+
+    // The server goes away: calls fail until the breaker opens.
+    proxy.set_down(true);
+    let mut opened = false;
+    for _ in 0..20 {
+        let err = store.heartbeat(&task.id, "w1", 30_000).await.expect_err("server away");
+        if err.exec_kind() == Some(ExecErrorKind::CircuitOpen) {
+            opened = true;
+            break;
+        }
+    }
+    assert!(opened, "the breaker opened");
+    proxy.set_down(false);
+
+    // The first call let through after the open time is a BEGIN: the trial.
+    let tx = loop {
+        match store.executor().begin().await {
+            Ok(tx) => break tx,
+            Err(e) if e.kind() == ExecErrorKind::CircuitOpen => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("begin after the server came back: {e}"),
+        }
+    };
+    assert_eq!(store.executor().stats().breaker, BreakerState::Closed, "the answered BEGIN closed it");
+
+    // While that transaction stays open, the rest of the process works.
+    for _ in 0..3 {
+        store.heartbeat(&task.id, "w1", 30_000).await.expect("a heartbeat beside the open transaction");
+    }
+    let beats = store.heartbeat_batch(std::slice::from_ref(&task.id), "w1", 30_000).await.expect("batch");
+    assert_eq!(beats.len(), 1);
+
+    // Dropped without an outcome, the transaction does not reopen it.
+    drop(tx);
+    store.heartbeat(&task.id, "w1", 30_000).await.expect("after the drop");
+    assert_eq!(store.executor().stats().breaker, BreakerState::Closed);
+
+    // A transaction that is committed is fine too.
+    let tx = store.executor().begin().await.expect("begin");
+    tx.commit().await.expect("commit");
+    schema.drop().await;
+}
