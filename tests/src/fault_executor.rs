@@ -1,54 +1,87 @@
-//! An executor over a real one that panics, once, in the call whose SQL
-//! holds a marker: the fault a buggy executor or store path produces, for
-//! the tests of what a worker does when a task of its own panics. Every
-//! other call goes to the real executor untouched.
+//! An executor over a real one that runs a hook once, just before its
+//! `nth` run of one statement: how a test lands a write between two reads,
+//! or makes one call panic, where no timing could put it. Every other call
+//! goes to the real executor untouched.
 
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use async_trait::async_trait;
-use waymark_store::{ExecError, Lane, NotificationStream, PgExecutor, Row, Sql, Value};
+use tokio::sync::oneshot;
+use waymark_store::protocol::Statement;
+use waymark_store::{ExecError, Lane, NotificationStream, PgExecutor, Row, Sql, Store, Value};
 
-/// See the module docs.
-#[derive(Debug, Clone)]
-pub struct PanicOnce<E> {
+type Hook = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// An executor that runs a hook once, just before its `nth` run (from 1) of
+/// one statement, says when that run has answered, and otherwise passes
+/// everything to the executor it wraps: how a test lands a write between
+/// two reads of a wait, where no timing could put it. Listening is the
+/// wrapped executor's, so a wait is pushed or polled as it would be without
+/// the hook.
+pub struct Hooked<E> {
     inner: E,
-    marker: Arc<Mutex<Option<String>>>,
+    /// The statement's SQL as the store sends it.
+    sql: String,
+    nth: usize,
+    runs: AtomicUsize,
+    hook: Mutex<Option<Hook>>,
+    answered: Mutex<Option<oneshot::Sender<()>>>,
 }
 
-impl<E> PanicOnce<E> {
-    /// Wraps `inner`; nothing panics until [`PanicOnce::arm`].
-    pub fn new(inner: E) -> Self {
-        PanicOnce { inner, marker: Arc::default() }
+impl<E> std::fmt::Debug for Hooked<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooked").field("sql", &self.sql).field("nth", &self.nth).finish_non_exhaustive()
     }
+}
 
-    /// Panics in the next autocommit query whose SQL contains `marker`.
-    pub fn arm(&self, marker: &str) {
-        *self.marker.lock().expect("marker") = Some(marker.to_owned());
-    }
-
-    /// Whether the armed panic is still to come.
-    pub fn armed(&self) -> bool {
-        self.marker.lock().expect("marker").is_some()
-    }
+/// A store on `store`'s executor (and installation) that runs `hook` just
+/// before its `nth` run of `statement`, and a receiver told once that run
+/// has answered.
+pub fn hooked<E, F>(
+    store: &Store<E>,
+    statement: Statement,
+    nth: usize,
+    hook: F,
+) -> (Store<Hooked<E>>, oneshot::Receiver<()>)
+where
+    E: PgExecutor + Clone,
+    F: Future<Output = ()> + Send + 'static,
+{
+    // The text the store sends for a statement with no optional filter on.
+    let specialised = waymark_dialect::specialise(statement.def().sql, &[]).expect("specialise");
+    let sql = waymark_dialect::rewrite(&specialised).expect("rewrite").sql().to_owned();
+    let (answered, on_answer) = oneshot::channel();
+    let exec = Hooked {
+        inner: store.executor().clone(),
+        sql,
+        nth,
+        runs: AtomicUsize::new(0),
+        hook: Mutex::new(Some(Box::pin(hook))),
+        answered: Mutex::new(Some(answered)),
+    };
+    (Store::new(exec), on_answer)
 }
 
 #[async_trait]
-impl<E: PgExecutor> PgExecutor for PanicOnce<E> {
+impl<E: PgExecutor> PgExecutor for Hooked<E> {
     type Transaction = E::Transaction;
 
     async fn query(&self, sql: Sql<'_>, params: &[Value]) -> Result<Vec<Row>, ExecError> {
-        let hit = {
-            let mut marker = self.marker.lock().expect("marker");
-            let hit = marker.as_deref().is_some_and(|m| sql.text.contains(m));
-            if hit {
-                *marker = None;
-            }
-            hit
-        };
-        if hit {
-            panic!("PanicOnce: the armed query panics, as a fault test asked");
+        if sql.text != self.sql || self.runs.fetch_add(1, Ordering::SeqCst) + 1 != self.nth {
+            return self.inner.query(sql, params).await;
         }
-        self.inner.query(sql, params).await
+        let hook = self.hook.lock().expect("hook lock").take();
+        if let Some(hook) = hook {
+            hook.await;
+        }
+        let answer = self.inner.query(sql, params).await;
+        if let Some(answered) = self.answered.lock().expect("hook lock").take() {
+            let _ = answered.send(());
+        }
+        answer
     }
 
     async fn execute_script(&self, script: &str) -> Result<(), ExecError> {

@@ -25,7 +25,12 @@ pub use db::{TestDatabase, TestSchema};
 /// A store on the built-in pool, connected (migrated) in `schema`.
 pub async fn pool_store(schema: &TestSchema) -> Store<PgPool> {
     let pool = PgPool::builder(&schema.url).max_size(4).schema(&schema.schema).build().expect("pool");
-    Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect through the pool")
+    connect_in(pool, schema).await
+}
+
+/// A store over `exec`, connected (migrated) in `schema`.
+pub async fn connect_in<E: waymark_store::PgExecutor>(exec: E, schema: &TestSchema) -> Store<E> {
+    Store::connect(exec, ConnectOptions::schema(&schema.schema)).await.expect("connect")
 }
 
 /// A store on [`ClientExecutor`], connected (migrated) in `schema`.

@@ -198,6 +198,11 @@ pub fn url_through(proxy: &AnswerCuttingProxy, url: &str) -> String {
     format!("{through}{sep}sslmode=disable")
 }
 
+/// A pool builder in `schema` whose connections go through `proxy`.
+pub fn pool_through(proxy: &AnswerCuttingProxy, schema: &crate::TestSchema) -> waymark_pool::PgPoolBuilder {
+    waymark_pool::PgPool::builder(url_through(proxy, &schema.url)).schema(&schema.schema)
+}
+
 /// A proxy in front of the server of `url`.
 pub async fn proxy_for(url: &str) -> AnswerCuttingProxy {
     let (host, port) = crate::pgbouncer::host_and_port(url);

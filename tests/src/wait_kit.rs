@@ -3,19 +3,17 @@
 //! `wait_contract!(make)` expands to one test per case, like `store_contract!`.
 
 use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use serde_json::json;
 use tokio::sync::oneshot;
 use waymark_store::protocol::{ParamType, Statement};
 use waymark_store::{
-    codes, ClaimRequest, Conflict, Error, ExecError, Failure, Lane, NewTask, NotificationStream, PgExecutor,
-    Row, Signal, Sql, Store, TaskStatus, Value,
+    codes, ClaimRequest, Conflict, Error, Failure, Lane, NewTask, PgExecutor, Signal, Sql, Store, TaskStatus,
+    Value,
 };
+
+pub use crate::fault_executor::{hooked, Hooked};
 
 /// Expands to one test per wait case for the executor `make` builds.
 #[macro_export]
@@ -45,94 +43,6 @@ macro_rules! wait_contract {
             }
         )*
     };
-}
-
-type Hook = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// An executor that runs a hook once, just before its `nth` run (from 1) of
-/// one statement, says when that run has answered, and otherwise passes
-/// everything to the executor it wraps: how a test lands a write between
-/// two reads of a wait, where no timing could put it. Listening is the
-/// wrapped executor's, so a wait is pushed or polled as it would be without
-/// the hook.
-pub struct Hooked<E> {
-    inner: E,
-    /// The statement's SQL as the store sends it.
-    sql: String,
-    nth: usize,
-    runs: AtomicUsize,
-    hook: Mutex<Option<Hook>>,
-    answered: Mutex<Option<oneshot::Sender<()>>>,
-}
-
-impl<E> std::fmt::Debug for Hooked<E> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hooked").field("sql", &self.sql).field("nth", &self.nth).finish_non_exhaustive()
-    }
-}
-
-/// A store on `store`'s executor (and installation) that runs `hook` just
-/// before its `nth` run of `statement`, and a receiver told once that run
-/// has answered.
-pub fn hooked<E, F>(
-    store: &Store<E>,
-    statement: Statement,
-    nth: usize,
-    hook: F,
-) -> (Store<Hooked<E>>, oneshot::Receiver<()>)
-where
-    E: PgExecutor + Clone,
-    F: Future<Output = ()> + Send + 'static,
-{
-    // The text the store sends for a statement with no optional filter on.
-    let specialised = waymark_dialect::specialise(statement.def().sql, &[]).expect("specialise");
-    let sql = waymark_dialect::rewrite(&specialised).expect("rewrite").sql().to_owned();
-    let (answered, on_answer) = oneshot::channel();
-    let exec = Hooked {
-        inner: store.executor().clone(),
-        sql,
-        nth,
-        runs: AtomicUsize::new(0),
-        hook: Mutex::new(Some(Box::pin(hook))),
-        answered: Mutex::new(Some(answered)),
-    };
-    (Store::new(exec), on_answer)
-}
-
-#[async_trait]
-impl<E: PgExecutor> PgExecutor for Hooked<E> {
-    type Transaction = E::Transaction;
-
-    async fn query(&self, sql: Sql<'_>, params: &[Value]) -> Result<Vec<Row>, ExecError> {
-        if sql.text != self.sql || self.runs.fetch_add(1, Ordering::SeqCst) + 1 != self.nth {
-            return self.inner.query(sql, params).await;
-        }
-        let hook = self.hook.lock().expect("hook lock").take();
-        if let Some(hook) = hook {
-            hook.await;
-        }
-        let answer = self.inner.query(sql, params).await;
-        if let Some(answered) = self.answered.lock().expect("hook lock").take() {
-            let _ = answered.send(());
-        }
-        answer
-    }
-
-    async fn execute_script(&self, script: &str) -> Result<(), ExecError> {
-        self.inner.execute_script(script).await
-    }
-
-    async fn begin(&self) -> Result<Self::Transaction, ExecError> {
-        self.inner.begin().await
-    }
-
-    async fn begin_in_lane(&self, lane: Lane) -> Result<Self::Transaction, ExecError> {
-        self.inner.begin_in_lane(lane).await
-    }
-
-    async fn listen(&self, channels: &[&str]) -> Result<Option<NotificationStream>, ExecError> {
-        self.inner.listen(channels).await
-    }
 }
 
 /// Deletes task `id` with plain SQL, as a purge would, whatever its status.

@@ -8,24 +8,23 @@
 use std::time::Duration;
 
 use serde_json::json;
-use waymark_pool::{BreakerState, PgPool};
-use waymark_store::{ClaimRequest, ConnectOptions, ExecErrorKind, NewTask, PgExecutor, PgTransaction, Store};
-use waymark_tests::proxy::{proxy_for, url_through};
-use waymark_tests::TestSchema;
+use waymark_pool::BreakerState;
+use waymark_store::{ClaimRequest, ExecErrorKind, NewTask, PgExecutor, PgTransaction};
+use waymark_tests::proxy::{pool_through, proxy_for};
+use waymark_tests::{connect_in, TestSchema};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_taken_as_the_trial_does_not_fence_heartbeats() {
     let schema = TestSchema::new().await;
     let proxy = proxy_for(&schema.url).await;
-    let pool = PgPool::builder(url_through(&proxy, &schema.url))
+    let pool = pool_through(&proxy, &schema)
         .max_size(4)
-        .schema(&schema.schema)
         .breaker_threshold(2)
         .breaker_open_for(Duration::from_millis(200))
         .retry_attempts(0)
         .build()
         .expect("pool");
-    let store = Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect");
+    let store = connect_in(pool, &schema).await;
     let task = store.submit(NewTask::new("trial", json!({}))).await.expect("submit");
     let claimed = store.claim(&ClaimRequest::new("w1", ["default"]).limit(1)).await.expect("claim");
     assert_eq!(claimed.len(), 1);

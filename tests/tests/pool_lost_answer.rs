@@ -4,20 +4,14 @@
 
 use serde_json::json;
 use waymark_pool::PgPool;
-use waymark_store::{ClaimRequest, ConnectOptions, ExecErrorKind, Failure, NewTask, Store, TaskStatus};
+use waymark_store::{ClaimRequest, ExecErrorKind, Failure, NewTask, Store, TaskStatus};
 use waymark_tests::db::admin_client;
-use waymark_tests::pgbouncer::host_and_port;
-use waymark_tests::proxy::{url_through, AnswerCuttingProxy};
-use waymark_tests::TestSchema;
+use waymark_tests::proxy::{pool_through, proxy_for, AnswerCuttingProxy};
+use waymark_tests::{connect_in, TestSchema};
 
 /// A store whose pool reaches the server through `proxy`.
 async fn store_through(proxy: &AnswerCuttingProxy, schema: &TestSchema) -> Store<PgPool> {
-    let pool = PgPool::builder(url_through(proxy, &schema.url))
-        .max_size(2)
-        .schema(&schema.schema)
-        .build()
-        .expect("pool");
-    Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect through the proxy")
+    connect_in(pool_through(proxy, schema).max_size(2).build().expect("pool"), schema).await
 }
 
 async fn task_rows(schema: &TestSchema, name: &str) -> Vec<String> {
@@ -29,8 +23,7 @@ async fn task_rows(schema: &TestSchema, name: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submit_whose_answer_was_lost_is_retried_into_the_same_task() {
     let schema = TestSchema::new().await;
-    let (host, port) = host_and_port(&schema.url);
-    let proxy = AnswerCuttingProxy::start(format!("{host}:{port}")).await;
+    let proxy = proxy_for(&schema.url).await;
     let store = store_through(&proxy, &schema).await;
     let retries_before = store.executor().stats().retries;
 
@@ -47,8 +40,7 @@ async fn a_submit_whose_answer_was_lost_is_retried_into_the_same_task() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyed_submit_whose_commit_answer_was_lost_resubmits_into_the_same_task() {
     let schema = TestSchema::new().await;
-    let (host, port) = host_and_port(&schema.url);
-    let proxy = AnswerCuttingProxy::start(format!("{host}:{port}")).await;
+    let proxy = proxy_for(&schema.url).await;
     let store = store_through(&proxy, &schema).await;
 
     // The commit went through; its answer did not. A transaction is never
@@ -77,8 +69,7 @@ async fn a_keyed_submit_whose_commit_answer_was_lost_resubmits_into_the_same_tas
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resent_failure_never_lands_on_a_later_claim() {
     let schema = TestSchema::new().await;
-    let (host, port) = host_and_port(&schema.url);
-    let proxy = AnswerCuttingProxy::start(format!("{host}:{port}")).await;
+    let proxy = proxy_for(&schema.url).await;
     let store = store_through(&proxy, &schema).await;
     let task = store.submit(NewTask::new("fenced", json!({}))).await.expect("submit");
     let claim = ClaimRequest::new("w1", ["default"]).limit(1);

@@ -5,16 +5,16 @@
 //! down counts against the concurrency; and a `complete_in` whose COMMIT
 //! the server refused records that error.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use waymark_pool::PgPool;
-use waymark_store::{ConnectOptions, NewTask, PgExecutor, Store, Task, TaskStatus};
-use waymark_tests::fault_executor::PanicOnce;
-use waymark_tests::proxy::{proxy_for, url_through};
-use waymark_tests::{eventually, pool_store, TestSchema};
+use waymark_store::protocol::Statement;
+use waymark_store::{NewTask, PgExecutor, Store, Task, TaskStatus};
+use waymark_tests::fault_executor::hooked;
+use waymark_tests::proxy::{pool_through, proxy_for};
+use waymark_tests::{connect_in, eventually, pool_store, TestSchema};
 use waymark_worker::{CancelReason, TaskError, Worker};
 
 async fn status_of<E: PgExecutor>(store: &Store<E>, id: &str) -> (TaskStatus, i32) {
@@ -22,13 +22,24 @@ async fn status_of<E: PgExecutor>(store: &Store<E>, id: &str) -> (TaskStatus, i3
     (t.status, t.attempt)
 }
 
-async fn all_running<E: PgExecutor>(store: &Store<E>, ids: &[String]) -> bool {
-    for id in ids {
-        if status_of(store, id).await.0 != TaskStatus::Running {
-            return false;
+/// Waits, 10 s at most, until every task in `ids` has a status and attempt
+/// that `ok` accepts.
+async fn until_each<E: PgExecutor>(
+    store: &Store<E>,
+    ids: &[&str],
+    what: &str,
+    ok: impl Fn((TaskStatus, i32)) -> bool,
+) {
+    let ok = &ok;
+    eventually(Duration::from_secs(10), what, || async move {
+        for id in ids {
+            if !ok(status_of(store, id).await) {
+                return false;
+            }
         }
-    }
-    true
+        true
+    })
+    .await;
 }
 
 /// A given-back task: queued, its attempt unspent, nothing recorded.
@@ -47,34 +58,46 @@ async fn a_handler_that_obeys_shutdown_gives_its_task_back_unspent() {
         let task = NewTask::new("obeys", json!({ "answer": answer })).max_attempts(1);
         ids.push(store.submit(task).await.expect("submit").id);
     }
+    // The reasons are checked after the run: a panic in the handler would
+    // be given back like any other answer, and prove nothing.
+    let reasons = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = reasons.clone();
     let worker = Worker::builder(store.clone())
         .concurrency(4)
         .shutdown_grace(Duration::from_millis(100))
-        .task("obeys", |ctx, p: serde_json::Value| async move {
-            let reason = ctx.cancelled().await;
-            assert_eq!(reason, CancelReason::Shutdown);
-            if p["answer"] == "err" {
-                Err(TaskError::new("stopped by shutdown"))
-            } else {
-                Ok(json!({"stopped": true}))
+        .task("obeys", move |ctx, p: serde_json::Value| {
+            let seen = seen.clone();
+            async move {
+                let reason = ctx.cancelled().await;
+                seen.lock().expect("reasons").push(reason);
+                if p["answer"] == "err" {
+                    Err(TaskError::new("stopped by shutdown"))
+                } else {
+                    Ok(json!({"stopped": true}))
+                }
             }
         })
         .build()
         .expect("worker");
     let handle = worker.handle();
     let run = tokio::spawn(worker.run());
-    let s = store.clone();
-    let running_ids = ids.clone();
-    eventually(Duration::from_secs(10), "both tasks running", || {
-        let (s, ids) = (s.clone(), running_ids.clone());
-        async move { all_running(&s, &ids).await }
-    })
+    until_each(
+        &store,
+        &ids.iter().map(String::as_str).collect::<Vec<_>>(),
+        "both tasks running",
+        |(st, _)| st == TaskStatus::Running,
+    )
     .await;
     handle.shutdown();
     run.await.expect("worker ends");
     for id in &ids {
         assert_given_back(&store.fetch(id).await.expect("fetch"));
     }
+    assert_eq!(
+        *reasons.lock().expect("reasons"),
+        [CancelReason::Shutdown; 2],
+        "both answered a shutdown token"
+    );
     schema.drop().await;
 }
 
@@ -103,11 +126,8 @@ async fn a_handler_stuck_in_blocking_code_cannot_hold_shutdown() {
         .expect("worker");
     let handle = worker.handle();
     let run = tokio::spawn(worker.run());
-    let s = store.clone();
-    let both = vec![stuck.clone(), polite.clone()];
-    eventually(Duration::from_secs(10), "both tasks running", || {
-        let (s, ids) = (s.clone(), both.clone());
-        async move { all_running(&s, &ids).await }
+    until_each(&store, &[stuck.as_str(), polite.as_str()], "both tasks running", |(st, _)| {
+        st == TaskStatus::Running
     })
     .await;
     let asked = Instant::now();
@@ -126,13 +146,8 @@ async fn a_handler_stuck_in_blocking_code_cannot_hold_shutdown() {
 async fn a_release_that_fails_is_tried_again_while_the_lease_lasts() {
     let schema = TestSchema::new().await;
     let proxy = proxy_for(&schema.url).await;
-    let pool = PgPool::builder(url_through(&proxy, &schema.url))
-        .max_size(4)
-        .schema(&schema.schema)
-        .build()
-        .expect("pool");
-    let store =
-        Arc::new(Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect"));
+    let pool = pool_through(&proxy, &schema).max_size(4).build().expect("pool");
+    let store = Arc::new(connect_in(pool, &schema).await);
     let id = store.submit(NewTask::new("deaf", json!({}))).await.expect("submit").id;
     let worker = Worker::builder(store.clone())
         .lease(Duration::from_secs(30))
@@ -146,13 +161,7 @@ async fn a_release_that_fails_is_tried_again_while_the_lease_lasts() {
         .expect("worker");
     let handle = worker.handle();
     let run = tokio::spawn(worker.run());
-    let s = store.clone();
-    let ids = vec![id.clone()];
-    eventually(Duration::from_secs(10), "the task running", || {
-        let (s, ids) = (s.clone(), ids.clone());
-        async move { all_running(&s, &ids).await }
-    })
-    .await;
+    until_each(&store, &[id.as_str()], "the task running", |(st, _)| st == TaskStatus::Running).await;
     // The server is away when the release is first tried (after the grace
     // and the stop grace, about 0.6 s), and back a little later: real time
     // is what this outage is made of.
@@ -168,12 +177,15 @@ async fn a_release_that_fails_is_tried_again_while_the_lease_lasts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_task_that_panics_gives_its_slots_back() {
     let schema = TestSchema::new().await;
-    let pool = PgPool::builder(&schema.url).max_size(4).schema(&schema.schema).build().expect("pool");
-    let exec = PanicOnce::new(pool);
-    let store = Arc::new(
-        Store::connect(exec.clone(), ConnectOptions::schema(&schema.schema)).await.expect("connect"),
-    );
-    exec.arm("attempt = t.attempt + 1");
+    let plain = pool_store(&schema).await;
+    let panicked = Arc::new(AtomicBool::new(false));
+    let flag = panicked.clone();
+    // The worker's first claim (one queue, one name) panics in the executor.
+    let (store, _answered) = hooked(&plain, Statement::ClaimOneQueueOneName, 1, async move {
+        flag.store(true, Ordering::SeqCst);
+        panic!("the claim panics, as this fault test asked");
+    });
+    let store = Arc::new(store);
     let id = store.submit(NewTask::new("after.panic", json!({}))).await.expect("submit").id;
     let worker = Worker::builder(store.clone())
         .concurrency(2)
@@ -183,14 +195,11 @@ async fn a_claim_task_that_panics_gives_its_slots_back() {
         .expect("worker");
     let handle = worker.handle();
     let run = tokio::spawn(worker.run());
-    let s = store.clone();
-    let done = id.clone();
-    eventually(Duration::from_secs(10), "the task to run after the claim that panicked", || {
-        let (s, id) = (s.clone(), done.clone());
-        async move { status_of(&s, &id).await.0 == TaskStatus::Succeeded }
+    until_each(&store, &[id.as_str()], "the task to run after the claim that panicked", |(st, _)| {
+        st == TaskStatus::Succeeded
     })
     .await;
-    assert!(!exec.armed(), "the claim did panic");
+    assert!(panicked.load(Ordering::SeqCst), "the claim did panic");
     handle.shutdown();
     run.await.expect("worker ends");
     schema.drop().await;
@@ -223,21 +232,12 @@ async fn a_reclaimed_task_still_winding_down_counts_against_the_concurrency() {
         .expect("worker");
     let handle = worker.handle();
     let run = tokio::spawn(worker.run());
-    let s = store.clone();
-    let id = held.clone();
-    eventually(Duration::from_secs(10), "the task claimed", || {
-        let (s, id) = (s.clone(), id.clone());
-        async move { status_of(&s, &id).await == (TaskStatus::Running, 1) }
-    })
-    .await;
+    until_each(&store, &[held.as_str()], "the task claimed", |st| st == (TaskStatus::Running, 1)).await;
     // The lease runs out while the run goes on; this worker's own claim
     // recovers the task and runs it again.
     handle.pause_heartbeats(true);
-    let s = store.clone();
-    let id = held.clone();
-    eventually(Duration::from_secs(10), "the task re-claimed by the same worker", || {
-        let (s, id) = (s.clone(), id.clone());
-        async move { status_of(&s, &id).await == (TaskStatus::Running, 2) }
+    until_each(&store, &[held.as_str()], "the task re-claimed by the same worker", |st| {
+        st == (TaskStatus::Running, 2)
     })
     .await;
     handle.pause_heartbeats(false);
@@ -248,10 +248,8 @@ async fn a_reclaimed_task_still_winding_down_counts_against_the_concurrency() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(status_of(&store, &other).await, (TaskStatus::Queued, 0), "no third run with 2 slots");
     release.notify_waiters();
-    let s = store.clone();
-    eventually(Duration::from_secs(10), "the other task runs once a slot frees", || {
-        let (s, other) = (s.clone(), other.clone());
-        async move { status_of(&s, &other).await.0 == TaskStatus::Succeeded }
+    until_each(&store, &[other.as_str()], "the other task runs once a slot frees", |(st, _)| {
+        st == TaskStatus::Succeeded
     })
     .await;
     assert_eq!(status_of(&store, &held).await, (TaskStatus::Succeeded, 2));
@@ -288,13 +286,7 @@ async fn a_commit_the_server_refused_is_recorded_as_the_failure() {
         .expect("worker");
     let handle = worker.handle();
     let run = tokio::spawn(worker.run());
-    let s = store.clone();
-    let done = id.clone();
-    eventually(Duration::from_secs(10), "the failure recorded", || {
-        let (s, id) = (s.clone(), done.clone());
-        async move { status_of(&s, &id).await == (TaskStatus::Queued, 1) }
-    })
-    .await;
+    until_each(&store, &[id.as_str()], "the failure recorded", |st| st == (TaskStatus::Queued, 1)).await;
     handle.shutdown();
     run.await.expect("worker ends");
     let t = store.fetch(&id).await.expect("fetch");

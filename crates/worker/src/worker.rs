@@ -720,20 +720,38 @@ async fn settle_again<E: PgExecutor + 'static>(
     settler: &Settler,
     running: &Running,
     settlement: Settlement,
-    mut error: Error,
+    error: Error,
 ) {
     let deadline = Instant::now() + Duration::from_millis(shared.lease_ms as u64 / 2);
+    let again = || settler.settle(&shared.store, settlement.clone());
+    let out = while_passing(Err(error), deadline, || running.is_lost(), settlement.task_id(), again).await;
+    settled(shared, &settlement, out);
+}
+
+/// Tries a write again after a passing failure, waiting 20 ms doubling to
+/// 1 s in between, while the next try would start before `deadline` and
+/// `stop` says nothing changed; answers the last outcome.
+async fn while_passing<T, Fut>(
+    mut out: Result<T, Error>,
+    deadline: Instant,
+    stop: impl Fn() -> bool,
+    task: &str,
+    mut again: impl FnMut() -> Fut,
+) -> Result<T, Error>
+where
+    Fut: Future<Output = Result<T, Error>>,
+{
     let mut pause = Duration::from_millis(20);
-    while passing(&error) && Instant::now() + pause < deadline && !running.is_lost() {
-        tracing::debug!(task = %settlement.task_id(), error = %error, "settlement failed; trying again");
+    while let Err(error) = &out {
+        if !passing(error) || Instant::now() + pause >= deadline || stop() {
+            break;
+        }
+        tracing::debug!(task, error = %error, "a worker write failed; trying again");
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(1));
-        match settler.settle(&shared.store, settlement.clone()).await {
-            Err(e) => error = e,
-            ok => return settled(shared, &settlement, ok),
-        }
+        out = again().await;
     }
-    settled(shared, &settlement, Err(error));
+    out
 }
 
 /// A failure that may pass: worth another try.
@@ -830,23 +848,12 @@ async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &mut J
 /// given back is reported and left to lease expiry.
 async fn release<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r: &Running) {
     let deadline = Instant::now() + Duration::from_millis(shared.lease_ms as u64);
-    let mut pause = Duration::from_millis(20);
-    loop {
-        match shared.store.release_attempt(&r.id, &shared.worker_id, Some(r.attempt)).await {
-            Ok(_) => {
-                shared.settled.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            Err(e) if e.is_lost_lease() => return,
-            Err(e) if passing(&e) && Instant::now() + pause < deadline => {
-                tracing::debug!(task = %r.id, error = %e, "release failed; trying again");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-            }
-            Err(e) => {
-                shared.report(format!("release {} (left to lease expiry)", r.id), e);
-                return;
-            }
+    let again = || shared.store.release_attempt(&r.id, &shared.worker_id, Some(r.attempt));
+    match while_passing(again().await, deadline, || false, &r.id, again).await {
+        Ok(_) => {
+            shared.settled.fetch_add(1, Ordering::Relaxed);
         }
+        Err(e) if e.is_lost_lease() => {}
+        Err(e) => shared.report(format!("release {} (left to lease expiry)", r.id), e),
     }
 }
