@@ -25,6 +25,7 @@ struct Shared {
     /// Client messages seen that contain the counted marker.
     counted: Mutex<Option<Vec<u8>>>,
     count: AtomicUsize,
+    refused: AtomicUsize,
 }
 
 /// A running proxy; dropping it stops accepting (open connections end when
@@ -48,11 +49,13 @@ impl AnswerCuttingProxy {
             down: tokio::sync::watch::channel(false).0,
             counted: Mutex::default(),
             count: AtomicUsize::new(0),
+            refused: AtomicUsize::new(0),
         });
         let s = shared.clone();
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 if *s.down.borrow() {
+                    s.refused.fetch_add(1, Ordering::SeqCst);
                     drop(client);
                     continue;
                 }
@@ -101,6 +104,11 @@ impl AnswerCuttingProxy {
     /// Answers lost so far.
     pub fn cuts(&self) -> usize {
         self.shared.cuts.load(Ordering::SeqCst)
+    }
+
+    /// Connections closed at once so far because the server was down.
+    pub fn refused(&self) -> usize {
+        self.shared.refused.load(Ordering::SeqCst)
     }
 
     /// Connections accepted so far.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use waymark_pool::BreakerState;
-use waymark_store::{ClaimRequest, ExecErrorKind, NewTask, PgExecutor, PgTransaction};
+use waymark_store::{ClaimRequest, ExecErrorKind, NewTask, PgExecutor, PgSession, PgTransaction};
 use waymark_tests::proxy::{pool_through, proxy_for};
 use waymark_tests::{connect_in, TestSchema};
 
@@ -69,5 +69,35 @@ async fn a_transaction_taken_as_the_trial_does_not_fence_heartbeats() {
     // A transaction that is committed is fine too.
     let tx = store.executor().begin().await.expect("begin");
     tx.commit().await.expect("commit");
+    schema.drop().await;
+}
+
+/// A connection lost inside a transaction counts toward the breaker once,
+/// also when the transaction is then dropped rather than ended: the
+/// ROLLBACK that fails again behind it is not a second failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_lost_inside_dropped_transactions_open_the_breaker() {
+    let schema = TestSchema::new().await;
+    let proxy = proxy_for(&schema.url).await;
+    let pool = pool_through(&proxy, &schema)
+        .max_size(4)
+        .breaker_threshold(2)
+        .breaker_open_for(Duration::from_secs(30))
+        .retry_attempts(0)
+        .build()
+        .expect("pool");
+    let store = connect_in(pool, &schema).await;
+    let mut first = store.executor().begin().await.expect("begin");
+    let mut second = store.executor().begin().await.expect("begin");
+    let before = store.executor().stats().connection_errors;
+    proxy.set_down(true);
+    for tx in [&mut first, &mut second] {
+        let err = tx.execute_script("select 1").await.expect_err("the server is away");
+        assert_eq!(err.kind(), ExecErrorKind::Connection, "{err}");
+    }
+    drop((first, second));
+    let stats = store.executor().stats();
+    assert_eq!(stats.connection_errors - before, 2, "each lost connection counted once: {stats:?}");
+    assert_eq!(stats.breaker, BreakerState::Open, "two failures in a row open it");
     schema.drop().await;
 }

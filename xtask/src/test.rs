@@ -86,21 +86,26 @@ fn selects_packages(args: &[String]) -> bool {
     })
 }
 
-/// Runs `cmd`, echoing its stdout and stderr line by line as they come, and
-/// collects what failed from both.
+/// Runs `cmd` with its stdout and stderr on one pipe (so cargo's `Running`
+/// lines and the tests' verdicts arrive in the order they were written),
+/// echoing it line by line as it comes, and collects what failed.
 fn run_and_collect(cmd: &mut Command) -> Result<(ExitStatus, Failures), String> {
+    let (reader, writer) = std::io::pipe().map_err(|e| format!("a pipe for cargo test: {e}"))?;
+    let writer2 = writer.try_clone().map_err(|e| format!("a pipe for cargo test: {e}"))?;
     let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(writer2))
         .spawn()
         .map_err(|e| format!("running cargo test: {e}"))?;
+    // Drop the command's copies of the write end, so that the reader ends
+    // when the child and whatever it started have closed theirs.
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
     let (tx, rx) = mpsc::channel();
-    let out = echo(child.stdout.take().expect("piped stdout"), Stream::Out, std::io::stdout(), tx.clone());
-    let err = echo(child.stderr.take().expect("piped stderr"), Stream::Err, std::io::stderr(), tx);
+    let echoing = echo(reader, std::io::stdout(), tx);
     let mut failures = Failures::default();
     let status = loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok((stream, line)) => failures.read(stream, &line),
+            Ok(line) => failures.read(&line),
             Err(RecvTimeoutError::Disconnected) => {
                 break child.wait().map_err(|e| format!("waiting for cargo test: {e}"))?;
             }
@@ -111,31 +116,24 @@ fn run_and_collect(cmd: &mut Command) -> Result<(ExitStatus, Failures), String> 
             }
         }
     };
-    // A process a test left running may hold the pipes open for ever: once
+    // A process a test left running may hold the pipe open for ever: once
     // cargo has exited, take what is still coming, and do not wait for the end.
-    while let Ok((stream, line)) = rx.recv_timeout(Duration::from_millis(500)) {
-        failures.read(stream, &line);
+    while let Ok(line) = rx.recv_timeout(Duration::from_millis(500)) {
+        failures.read(&line);
     }
     failures.finish();
-    if out.is_finished() && err.is_finished() {
-        out.join().map_err(|_| "echoing cargo test's stdout panicked".to_owned())?;
-        err.join().map_err(|_| "echoing cargo test's stderr panicked".to_owned())?;
+    failures.cross_check();
+    if echoing.is_finished() {
+        echoing.join().map_err(|_| "echoing cargo test's output panicked".to_owned())?;
     }
     Ok((status, failures))
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stream {
-    Out,
-    Err,
 }
 
 /// Copies `from` to `to` a line at a time, handing each line on to be read.
 fn echo(
     from: impl Read + Send + 'static,
-    stream: Stream,
     mut to: impl Write + Send + 'static,
-    tx: mpsc::Sender<(Stream, String)>,
+    tx: mpsc::Sender<String>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut from = BufReader::new(from);
@@ -148,7 +146,7 @@ fn echo(
             }
             // Bytes as they came (test output need not be UTF-8); the reader gets text.
             let _ = to.write_all(&line).and_then(|()| to.flush());
-            let _ = tx.send((stream, strip_ansi(&String::from_utf8_lossy(&line))));
+            let _ = tx.send(strip_ansi(&String::from_utf8_lossy(&line)));
         }
     })
 }
@@ -174,15 +172,15 @@ struct Failures {
 }
 
 impl Failures {
-    fn read(&mut self, stream: Stream, line: &str) {
+    /// Reads one line of the merged output: cargo's lines and libtest's
+    /// never look alike, so each is read for both.
+    fn read(&mut self, line: &str) {
         let line = line.trim_end();
-        match stream {
-            Stream::Out => self.read_stdout(line),
-            Stream::Err => self.read_stderr(line),
-        }
+        self.read_libtest(line);
+        self.read_cargo(line);
     }
 
-    fn read_stdout(&mut self, line: &str) {
+    fn read_libtest(&mut self, line: &str) {
         if line.starts_with("running ") && (line.ends_with(" test") || line.ends_with(" tests")) {
             self.libtest = true;
         } else if let Some(name) = line.strip_prefix("test ").and_then(|l| l.strip_suffix(" ... FAILED")) {
@@ -194,7 +192,7 @@ impl Failures {
         }
     }
 
-    fn read_stderr(&mut self, line: &str) {
+    fn read_cargo(&mut self, line: &str) {
         let trimmed = line.trim_start();
         if self.in_closing_block {
             if let Some(args) = trimmed.strip_prefix('`').and_then(|l| l.strip_suffix('`')) {
@@ -235,12 +233,39 @@ impl Failures {
         self.named = 0;
     }
 
+    /// Each target cargo's closing block names as failed has a failure
+    /// listed under its name, even if its output was not read as one.
+    fn cross_check(&mut self) {
+        for args in self.reruns.clone() {
+            let target = rerun_target(&args);
+            if !self.failed.iter().any(|f| f.starts_with(&format!("{target}:"))) {
+                self.failed.push(format!("{target}: failed, says cargo; see its output above"));
+            }
+        }
+    }
+
     fn finish(&mut self) {
         if let Some((target, why)) = self.unnamed.take() {
             let why = why.map(|w| format!(" ({w})")).unwrap_or_default();
             self.failed
                 .push(format!("{target}: failed{why} without naming a failing test; see its output above"));
         }
+    }
+}
+
+/// The target a rerun's args name, as [`target_name`] names it:
+/// "-p waymark-tests --test pool_tls" -> "pool_tls"; "-p waymark-store --lib"
+/// -> "waymark_store"; "-p waymark-store --doc" -> "waymark-store doc-tests".
+fn rerun_target(args: &str) -> String {
+    let words: Vec<&str> = args.split_whitespace().collect();
+    let after = |flag: &str| words.windows(2).find(|w| w[0] == flag).map(|w| w[1]);
+    let package = after("-p").unwrap_or("");
+    if let Some(test) = after("--test").or_else(|| after("--bin")) {
+        test.to_owned()
+    } else if words.contains(&"--doc") {
+        format!("{package} doc-tests")
+    } else {
+        package.replace('-', "_")
     }
 }
 
@@ -271,4 +296,56 @@ fn strip_ansi(text: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(lines: &[&str]) -> Failures {
+        let mut f = Failures::default();
+        for line in lines {
+            f.read(line);
+        }
+        f.finish();
+        f.cross_check();
+        f
+    }
+
+    #[test]
+    fn failures_are_named_under_the_target_that_ran_them() {
+        let f = read_all(&[
+            "     Running tests/a.rs (target/debug/deps/a-0123)",
+            "running 2 tests",
+            "test one ... ok",
+            "test two ... FAILED",
+            "error: test failed, to rerun pass `-p waymark-tests --test a`",
+            "     Running tests/b.rs (target/debug/deps/b-4567)",
+            "running 1 test",
+            "test three ... ok",
+            "     Running tests/c.rs (target/debug/deps/c-89ab)",
+            "error: test failed, to rerun pass `-p waymark-tests --test c`",
+            "process didn't exit successfully: `target/debug/deps/c-89ab` (signal: 6, SIGABRT: process abort signal)",
+            "error: 3 targets failed:",
+            "    `-p waymark-tests --test a`",
+            "    `-p waymark-tests --test c`",
+            "    `-p waymark-tests --test d`",
+        ]);
+        assert_eq!(
+            f.failed,
+            [
+                "a: two",
+                "c: failed (signal: 6, SIGABRT: process abort signal) without naming a failing test; see its output above",
+                "d: failed, says cargo; see its output above",
+            ]
+        );
+        assert_eq!(f.reruns.len(), 3);
+    }
+
+    #[test]
+    fn rerun_args_name_their_target() {
+        assert_eq!(rerun_target("-p waymark-tests --test pool_tls"), "pool_tls");
+        assert_eq!(rerun_target("-p waymark-store --lib"), "waymark_store");
+        assert_eq!(rerun_target("-p waymark-store --doc"), "waymark-store doc-tests");
+    }
 }

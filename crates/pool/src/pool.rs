@@ -76,19 +76,25 @@ impl Lease {
                 }
             }
             Err(e) => match e.kind() {
+                // A connection counts its first failure only: a statement
+                // inside a transaction failed, and its ROLLBACK fails again.
                 ExecErrorKind::Connection => {
-                    self.conn.broken = true;
-                    Counters::bump(&c.connection_errors);
+                    let first = !std::mem::replace(&mut self.conn.broken, true);
+                    if first {
+                        Counters::bump(&c.connection_errors);
+                    }
                     match pass {
                         Some(p) => p.connection_failure(&e.to_string()),
                         // A statement inside a transaction, whose pass the
                         // BEGIN settled: the failure still counts.
-                        None => pool.inner.breaker.record_failure(&e.to_string()),
+                        None if first => pool.inner.breaker.record_failure(&e.to_string()),
+                        None => {}
                     }
                 }
                 ExecErrorKind::Timeout => {
-                    self.conn.broken = true;
-                    Counters::bump(&c.timeouts);
+                    if !std::mem::replace(&mut self.conn.broken, true) {
+                        Counters::bump(&c.timeouts);
+                    }
                     if let Some(p) = pass {
                         p.neutral()
                     };

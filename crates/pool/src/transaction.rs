@@ -65,15 +65,6 @@ impl PoolTransaction {
     }
 }
 
-/// A connection that failed or timed out mid-transaction is never reused.
-fn mark_broken<T>(lease: &mut Lease, result: &Result<T, ExecError>) {
-    if let Err(e) = result {
-        if matches!(e.kind(), ExecErrorKind::Connection | ExecErrorKind::Timeout) {
-            lease.conn.broken = true;
-        }
-    }
-}
-
 #[async_trait]
 impl PgSession for PoolTransaction {
     async fn query(&mut self, sql: Sql<'_>, params: &[Value]) -> Result<Vec<Row>, ExecError> {
@@ -81,7 +72,10 @@ impl PgSession for PoolTransaction {
         let lease = self.lease();
         let token = lease.conn.client.cancel_token();
         let result = pool.timed(token, query_on(&mut lease.conn, sql, params)).await;
-        mark_broken(lease, &result);
+        // Counted as any call's failure (the breaker hears a lost
+        // connection even if the transaction is then dropped); a connection
+        // that failed or timed out here is never reused.
+        lease.settle(&pool, result.as_ref().map(|_| ()));
         result
     }
 
@@ -92,7 +86,7 @@ impl PgSession for PoolTransaction {
         let result = pool
             .timed(client.cancel_token(), async { client.batch_execute(script).await.map_err(map_error) })
             .await;
-        mark_broken(lease, &result);
+        lease.settle(&pool, result.as_ref().map(|_| ()));
         result
     }
 }
@@ -114,11 +108,14 @@ impl Drop for PoolTransaction {
         match tokio::runtime::Handle::try_current() {
             // Roll back before the connection (and its permit) are released.
             Ok(handle) => {
+                let pool = self.pool.clone();
                 handle.spawn(async move {
-                    if let Err(e) = lease.conn.client.batch_execute("rollback").await {
+                    let result = lease.conn.client.batch_execute("rollback").await.map_err(map_error);
+                    if let Err(e) = &result {
                         tracing::warn!(error = %e, "rollback of a dropped transaction failed; discarding the connection");
-                        lease.conn.broken = true;
+                        lease.conn.broken |= e.kind() != ExecErrorKind::Connection; // settle marks the rest
                     }
+                    lease.settle(&pool, result.as_ref().map(|_| ()));
                 });
             }
             // Nothing can roll back here: never reuse a connection still

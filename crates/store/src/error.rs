@@ -112,6 +112,10 @@ pub enum Error {
     /// The executor failed.
     #[error(transparent)]
     Executor(#[from] ExecError),
+    /// Something failed that never should (a panic in a background task,
+    /// say): a bug, in waymark or in the executor it was handed.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl Error {
@@ -179,6 +183,7 @@ impl Error {
             Error::TaskCanceled { .. } => "TaskCanceled",
             Error::Decode(_) => "DecodeError",
             Error::Executor(_) => "ExecutorError",
+            Error::Internal(_) => "InternalError",
         }
     }
 

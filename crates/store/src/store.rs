@@ -399,6 +399,11 @@ impl<E: PgExecutor> Store<E> {
     /// which skips locked rows and so never waits on a lock. With
     /// [`ClaimRequest::probe`] off, the pass is that claim statement alone.
     /// Rows come back in no particular order.
+    ///
+    /// A claimed task whose payload or metadata cannot be read
+    /// ([`Task::input_unreadable`]) is never handed out: it fails for good,
+    /// and the pass claims again in its place, so a short answer still
+    /// means the queues ran dry.
     pub async fn claim(&self, req: &ClaimRequest) -> Result<Vec<Task>> {
         non_empty("worker_id", &req.worker_id)?;
         if req.lease_ms < 1 {
@@ -407,6 +412,34 @@ impl<E: PgExecutor> Store<E> {
         if req.limit <= 0 || req.queues.is_empty() || req.names.as_ref().is_some_and(Vec::is_empty) {
             return Ok(Vec::new());
         }
+        let mut claimed = self.claim_pass(req).await?;
+        let (mut readable, mut failed) = self.fail_unreadable(claimed, &req.worker_id).await;
+        // Each refill fails its unreadable rows for good, so this ends; it
+        // stops early if failing one did not land (its lease will expire).
+        while failed > 0 && readable.len() < usize::try_from(req.limit).unwrap_or(usize::MAX) {
+            let want = req.limit - i64::try_from(readable.len()).unwrap_or(req.limit);
+            let refill = ClaimRequest {
+                limit: want.min(i64::try_from(failed).unwrap_or(i64::MAX)),
+                probe: false,
+                ..req.clone()
+            };
+            claimed = match claim_draw(&mut Autocommit(&self.exec), &refill).await {
+                Ok(more) => more,
+                // The tasks already claimed are this caller's now: hand them
+                // out rather than strand them until their leases expire.
+                Err(e) => {
+                    tracing::warn!(error = %e, "claiming in place of unreadable tasks failed");
+                    break;
+                }
+            };
+            let (more, more_failed) = self.fail_unreadable(claimed, &req.worker_id).await;
+            readable.extend(more);
+            failed = more_failed;
+        }
+        Ok(readable)
+    }
+
+    async fn claim_pass(&self, req: &ClaimRequest) -> Result<Vec<Task>> {
         if req.probe {
             let binds: Binds =
                 vec![("queues", req.queues.clone().into()), ("names", req.names.clone().into())];
@@ -425,34 +458,34 @@ impl<E: PgExecutor> Store<E> {
                     claim_draw(&mut tx, req).await
                 }
                 .await;
-                let claimed = finish(tx, out, "claim").await?;
-                return Ok(self.fail_unreadable(claimed, &req.worker_id).await);
+                return finish(tx, out, "claim").await;
             }
             if !due {
                 return Ok(Vec::new());
             }
         }
-        let claimed = claim_draw(&mut Autocommit(&self.exec), req).await?;
-        Ok(self.fail_unreadable(claimed, &req.worker_id).await)
+        claim_draw(&mut Autocommit(&self.exec), req).await
     }
 
-    /// A claimed task whose row cannot be read ([`Task::unreadable`]) is
-    /// never handed out: no handler could see its payload as written. It
-    /// fails for good here, with an envelope naming the column, and the
-    /// others go on. If that write fails too, the task is left to its
-    /// lease, which expires and fails it the same way in the end.
-    async fn fail_unreadable(&self, claimed: Vec<Task>, worker_id: &str) -> Vec<Task> {
-        if claimed.iter().all(|t| t.unreadable.is_none()) {
-            return claimed;
+    /// Fails for good each claimed task whose input cannot be read (no
+    /// handler could see its payload as written), with an envelope naming
+    /// the column. Returns the rest and how many were failed. If that write
+    /// fails too, the task is left to its lease, which expires and brings it
+    /// back here; it is not counted, so the caller does not claim again.
+    async fn fail_unreadable(&self, claimed: Vec<Task>, worker_id: &str) -> (Vec<Task>, usize) {
+        if !claimed.iter().any(Task::input_unreadable) {
+            return (claimed, 0);
         }
         let mut readable = Vec::with_capacity(claimed.len());
+        let mut failed = 0;
         for task in claimed {
-            let Some(why) = &task.unreadable else {
+            if !task.input_unreadable() {
                 readable.push(task);
                 continue;
-            };
+            }
+            let why = task.unreadable.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
             let envelope = ErrorEnvelope {
-                details: serde_json::json!({ "unreadable": why }),
+                details: serde_json::json!({ "unreadable": task.unreadable }),
                 ..ErrorEnvelope::new(
                     "UnreadableTask",
                     crate::task::codes::TASK_ERROR,
@@ -461,12 +494,15 @@ impl<E: PgExecutor> Store<E> {
                 )
             };
             let failure = Failure::new(envelope.to_json()).retryable(false).on_attempt(task.attempt);
-            tracing::warn!(task = %task.id, reason = %why, "claimed a task whose row cannot be read; failing it");
-            if let Err(e) = fail(&mut Autocommit(&self.exec), &task.id, worker_id, &failure).await {
-                tracing::warn!(task = %task.id, error = %e, "failing an unreadable task failed; its lease will expire");
+            tracing::warn!(task = %task.id, reason = %why, "claimed a task whose input cannot be read; failing it");
+            match fail(&mut Autocommit(&self.exec), &task.id, worker_id, &failure).await {
+                Ok(_) => failed += 1,
+                Err(e) => {
+                    tracing::warn!(task = %task.id, error = %e, "failing an unreadable task failed; its lease will expire");
+                }
             }
         }
-        readable
+        (readable, failed)
     }
 
     /// Extends a lease; [`Error::LostLease`] if the worker no longer holds it.

@@ -119,15 +119,31 @@ pub struct Task {
     pub updated_at_ms: i64,
     /// When it became terminal, epoch ms.
     pub completed_at_ms: Option<i64>,
-    /// Set when a JSON column of the row could not be read: legal jsonb
+    /// The JSON columns of the row that could not be read: legal jsonb
     /// that serde_json cannot hold (a number past f64's range such as
     /// `1e400`, nesting deeper than 128), which another SDK or plain SQL
-    /// may have written. The message names the column; that field reads as
-    /// `null` here, and the database keeps the value as written. A claim
-    /// never hands out such a task: it fails it for good (see
-    /// [`Store::claim`](crate::Store::claim)).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unreadable: Option<String>,
+    /// may have written. Each such field reads as `null` here; the database
+    /// keeps the value as written. A claim never hands out a task whose
+    /// payload or metadata is unreadable: it fails it for good (see
+    /// [`Store::claim`](crate::Store::claim)). [`Store::call`](crate::Store::call)
+    /// answers [`Error::Decode`] for a result or an error it cannot read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// One JSON column of a row that could not be read ([`Task::unreadable`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unreadable {
+    /// The column: `payload`, `result`, `error` or `metadata`.
+    pub column: String,
+    /// Why serde_json could not hold it.
+    pub reason: String,
+}
+
+impl fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "column {}: {}", self.column, self.reason)
+    }
 }
 
 impl Task {
@@ -136,20 +152,30 @@ impl Task {
         self.error.clone().and_then(|e| serde_json::from_value(e).ok())
     }
 
-    /// Decodes a row. A JSON column that cannot be read does not fail the
-    /// row (one such task must never fail a claim or a list of others): it
-    /// reads as `null` and [`Task::unreadable`] says why.
+    /// Whether a handler could not see this task as it was submitted: its
+    /// payload or metadata cannot be read.
+    pub fn input_unreadable(&self) -> bool {
+        self.unreadable.iter().any(|u| u.column == "payload" || u.column == "metadata")
+    }
+
+    /// Why one column could not be read, if it could not.
+    pub fn unreadable_column(&self, column: &str) -> Option<&Unreadable> {
+        self.unreadable.iter().find(|u| u.column == column)
+    }
+
+    /// Decodes a row. JSON text that serde_json cannot hold does not fail
+    /// the row (one such task must never fail a claim or a list of others):
+    /// that field reads as `null` and [`Task::unreadable`] names it. A
+    /// column of the wrong type or missing still fails: that is a broken
+    /// executor or schema, not one task's data.
     pub(crate) fn from_row(mut row: Row) -> Result<Task> {
         let r = &mut row;
         let mut unreadable = Vec::new();
         let mut lenient = |r: &mut Row, col: &str| -> Result<Option<Json>> {
-            match json(r, col) {
-                Err(Error::Decode(why)) => {
-                    unreadable.push(why);
-                    Ok(None)
-                }
-                other => other,
-            }
+            Ok(json_cell(r, col)?.unwrap_or_else(|reason| {
+                unreadable.push(Unreadable { column: col.to_owned(), reason });
+                None
+            }))
         };
         Ok(Task {
             payload: lenient(r, "payload")?.unwrap_or(Json::Null),
@@ -175,7 +201,7 @@ impl Task {
             created_at_ms: int8(r, "created_at_ms")?,
             updated_at_ms: int8(r, "updated_at_ms")?,
             completed_at_ms: opt_int8(r, "completed_at_ms")?,
-            unreadable: if unreadable.is_empty() { None } else { Some(unreadable.join("; ")) },
+            unreadable,
         })
     }
 }
@@ -386,15 +412,17 @@ pub(crate) fn opt_bool(row: &mut Row, col: &str) -> Result<Option<bool>> {
     }
 }
 
-fn json(row: &mut Row, col: &str) -> Result<Option<Json>> {
+/// A JSON column: the outer error is a broken row (missing, wrong type);
+/// the inner one is JSON text serde_json cannot hold, with the reason.
+fn json_cell(row: &mut Row, col: &str) -> Result<std::result::Result<Option<Json>, String>> {
     match take(row, col)? {
-        Value::Null => Ok(None),
-        Value::Jsonb(j) => Ok(Some(j)),
+        Value::Null => Ok(Ok(None)),
+        Value::Jsonb(j) => Ok(Ok(Some(j))),
         // An executor hands back as text the JSON that serde_json cannot
         // hold (see `Value`); JSON text from a thin adapter parses here.
-        Value::Text(s) => serde_json::from_str(&s)
-            .map(Some)
-            .map_err(|e| Error::Decode(format!("column {col}: its JSON cannot be read here ({e})"))),
+        Value::Text(s) => {
+            Ok(serde_json::from_str(&s).map(Some).map_err(|e| format!("its JSON cannot be read here ({e})")))
+        }
         other => Err(wrong(col, "jsonb", &other)),
     }
 }

@@ -202,10 +202,21 @@ impl<E: PgExecutor> Store<E> {
 
     /// Submits `task` and waits for its end: `Ok` with the succeeded task,
     /// [`Error::TaskFailed`] with its envelope, [`Error::TaskCanceled`], or
-    /// [`Error::TaskTimeout`] (the task keeps running).
+    /// [`Error::TaskTimeout`] (the task keeps running). A result or error
+    /// the store cannot read ([`Task::unreadable`]) is [`Error::Decode`]
+    /// naming the task and the column.
     pub async fn call(&self, task: NewTask, timeout: Duration) -> Result<Task> {
         let submitted = self.submit(task).await?;
         let done = self.wait(&submitted.id, timeout).await?;
+        // An answer that cannot be read is not an answer of `None`.
+        let answer = match done.status {
+            TaskStatus::Succeeded => Some("result"),
+            TaskStatus::Failed => Some("error"),
+            _ => None,
+        };
+        if let Some(u) = answer.and_then(|column| done.unreadable_column(column)) {
+            return Err(Error::Decode(format!("task {} ended {}, but its {u}", done.id, done.status)));
+        }
         match done.status {
             TaskStatus::Succeeded => Ok(done),
             TaskStatus::Failed => {

@@ -34,6 +34,11 @@ pub(crate) struct Running {
     lost: AtomicBool,
     /// Settled (or given back): no other write may follow.
     settled: AtomicBool,
+    /// The run is over (its future finished or was dropped).
+    ended: AtomicBool,
+    /// The run's future is being polled right now; true for long only
+    /// when it is stuck in blocking code.
+    in_poll: AtomicBool,
 }
 
 impl Running {
@@ -44,6 +49,8 @@ impl Running {
             cancel: watch::channel(None).0,
             lost: AtomicBool::new(false),
             settled: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+            in_poll: AtomicBool::new(false),
         })
     }
 
@@ -80,6 +87,21 @@ impl Running {
 
     pub(crate) fn is_settled(&self) -> bool {
         self.settled.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn mark_ended(&self) {
+        self.ended.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn set_in_poll(&self, polling: bool) {
+        self.in_poll.store(polling, Ordering::Relaxed);
+    }
+
+    /// Whether the run is inside a poll that has not returned: seen after
+    /// shutdown's bound, it is stuck in blocking code. (A run merely
+    /// starved of a thread is not: it is parked, waiting to be polled.)
+    pub(crate) fn is_stuck(&self) -> bool {
+        !self.ended.load(Ordering::SeqCst) && self.in_poll.load(Ordering::Relaxed)
     }
 }
 
@@ -291,6 +313,16 @@ impl<E: PgExecutor> TaskContext<E> {
         let definite = e.exec_kind() == Some(waymark_store::ExecErrorKind::Query) && e.sqlstate().is_some();
         if !definite || self.running.is_lost() {
             tracing::warn!(task = %self.task.id, error = %e, "commit of complete_in failed with an unknown outcome; the lease decides");
+            return;
+        }
+        if self.running.reason() == Some(CancelReason::Shutdown) {
+            // Shutdown gives back what it stopped, attempt unspent; this
+            // run took the settlement, so it gives the task back itself.
+            let released =
+                self.store.release_attempt(&self.task.id, &self.worker_id, Some(self.task.attempt));
+            if let Err(err) = released.await {
+                tracing::warn!(task = %self.task.id, error = %err, "giving back a task whose commit failed at shutdown failed; the lease decides");
+            }
             return;
         }
         let envelope = crate::error::envelope(

@@ -63,8 +63,10 @@
 //! queued and due now, the attempt not spent, so another worker takes them
 //! at once. A handler that answers its token (with `Ok` or `Err`) has its
 //! task given back too, never failed or succeeded; one stuck in blocking
-//! code cannot hold `run()`: its task is given back as well, and `run()`
-//! returns within the grace plus about three seconds.
+//! code cannot hold `run()`, which gives the others back and returns within
+//! the grace plus about three seconds; the stuck run's task is left to its
+//! lease (no longer renewed), so no other worker starts it while it may
+//! still run here.
 
 mod context;
 mod error;

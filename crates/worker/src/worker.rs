@@ -469,7 +469,7 @@ async fn claim_loop<E: PgExecutor + 'static>(
 /// A claim task that panicked or was cancelled: what it claimed, if
 /// anything, comes back when the leases expire.
 fn claim_panicked(e: tokio::task::JoinError) -> Error {
-    Error::Decode(format!(
+    Error::Internal(format!(
         "the claim task ended abnormally ({e}); its claims, if any, return on lease expiry"
     ))
 }
@@ -499,6 +499,9 @@ fn start_run<E: PgExecutor + 'static>(
     let running = Running::new(task.id.clone(), task.attempt);
     shared.busy.fetch_add(1, Ordering::SeqCst);
     let previous = shared.running.lock().expect("running lock").insert(task.id.clone(), running.clone());
+    // From here, whatever happens (a panic, a spawn refused while the
+    // runtime shuts down, which drops the future), the slot comes free.
+    let slot = Slot { shared: shared.clone(), running: running.clone() };
     if let Some(old) = previous {
         // Our own earlier run of this task lost its lease (the claim just
         // recovered and re-took it): that run must write nothing more.
@@ -508,15 +511,28 @@ fn start_run<E: PgExecutor + 'static>(
     let settler = settler.clone();
     let task = Arc::new(task);
     runs.spawn(async move {
-        // Whatever happens below, even a panic, the slot comes free.
-        let _slot = Slot { shared: shared.clone(), running: running.clone() };
-        let outcome = run_handler(&shared, &task, &running).await;
-        settle(&shared, &settler, &task, &running, outcome).await;
+        let _slot = slot;
+        let body = async {
+            let outcome = run_handler(&shared, &task, &running).await;
+            settle(&shared, &settler, &task, &running, outcome).await;
+        };
+        let mut body = std::pin::pin!(body);
+        // Marks each poll, so shutdown can tell a run stuck in blocking code.
+        std::future::poll_fn(|cx| {
+            running.set_in_poll(true);
+            let polled = body.as_mut().poll(cx);
+            running.set_in_poll(false);
+            polled
+        })
+        .await;
     });
 }
 
-/// Frees a run's slot when the run ends, however it ends: removes its entry
-/// (only if it is still this run's) and wakes the claim loop.
+/// Frees a run's slot when the run ends, however it ends, and wakes the
+/// claim loop. Its entry leaves the running map (if it is still this
+/// run's) once the task is settled or lost; a run stopped at shutdown ends
+/// unsettled, and its entry stays, so its lease is renewed until shutdown
+/// gives the task back.
 struct Slot<E> {
     shared: Arc<Shared<E>>,
     running: Arc<Running>,
@@ -524,8 +540,10 @@ struct Slot<E> {
 
 impl<E> Drop for Slot<E> {
     fn drop(&mut self) {
+        self.running.mark_ended();
         let mut map = self.shared.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if map.get(&self.running.id).is_some_and(|r| Arc::ptr_eq(r, &self.running)) {
+        let done = self.running.is_settled() || self.running.is_lost();
+        if done && map.get(&self.running.id).is_some_and(|r| Arc::ptr_eq(r, &self.running)) {
             map.remove(&self.running.id);
         }
         drop(map);
@@ -749,6 +767,9 @@ where
         tracing::debug!(task, error = %error, "a worker write failed; trying again");
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(1));
+        if stop() {
+            break; // the lease went meanwhile: a resend could only do harm
+        }
         out = again().await;
     }
     out
@@ -804,8 +825,9 @@ const SETTLE_BOUND: Duration = Duration::from_secs(2);
 /// Stop claiming (done by the caller), let handlers finish within the
 /// grace period, then fire the tokens of the rest and give their tasks back.
 /// Ends within the grace plus [`STOP_GRACE`], [`SETTLE_BOUND`] and the
-/// releases, even when a handler is stuck in blocking code (its run is
-/// left behind; its writes are no-ops once the task is given back).
+/// releases, even when a handler is stuck in blocking code. Such a run's
+/// task is not given back (another worker would start it while this one
+/// still runs it): it is left to its lease, which is no longer renewed.
 async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &mut JoinSet<()>) {
     let grace =
         tokio::time::timeout(shared.shutdown_grace, async { while runs.join_next().await.is_some() {} });
@@ -824,22 +846,36 @@ async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &mut J
             .await
             .is_ok();
     if !ended {
-        // Blocking code never yields, so it cannot be aborted or awaited:
-        // give every task back first, whatever its run is doing.
+        // Blocking code never yields, so it cannot be aborted or awaited.
+        // An aborted run that does yield ends at once; wait a moment for
+        // those, and leave the rest behind.
         runs.abort_all();
-    }
-    let releases = left.iter().filter(|r| !r.is_lost() && r.take_settlement()).map(|r| release(shared, r));
-    futures::future::join_all(releases).await;
-    if !ended {
         let _ = tokio::time::timeout(Duration::from_millis(100), async {
             while runs.join_next().await.is_some() {}
         })
         .await;
-        if !runs.is_empty() {
-            tracing::warn!(stuck = runs.len(), "shutdown left runs stuck in blocking code behind");
-            runs.detach_all();
-        }
     }
+    // A run not stuck may still be waiting for a thread (one the stuck run
+    // holds): aborted, it can never run its handler again, so its task is
+    // safe to give back.
+    let (stuck, done): (Vec<_>, Vec<_>) = left.into_iter().partition(|r| r.is_stuck());
+    for r in &stuck {
+        tracing::warn!(task = %r.id, "a handler is stuck in blocking code at shutdown; its task returns when its lease expires");
+    }
+    if !runs.is_empty() {
+        runs.detach_all();
+    }
+    let give_back: Vec<Arc<Running>> =
+        done.into_iter().filter(|r| !r.is_lost() && r.take_settlement()).collect();
+    {
+        // The heartbeat renews what the map holds: the tasks being given
+        // back, while their releases are retried; not the stuck runs',
+        // whose leases run out.
+        let mut map = shared.running.lock().expect("running lock");
+        map.clear();
+        map.extend(give_back.iter().map(|r| (r.id.clone(), r.clone())));
+    }
+    futures::future::join_all(give_back.iter().map(|r| release(shared, r))).await;
     shared.running.lock().expect("running lock").clear();
 }
 
@@ -849,11 +885,16 @@ async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &mut J
 async fn release<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r: &Running) {
     let deadline = Instant::now() + Duration::from_millis(shared.lease_ms as u64);
     let again = || shared.store.release_attempt(&r.id, &shared.worker_id, Some(r.attempt));
-    match while_passing(again().await, deadline, || false, &r.id, again).await {
+    let first = again().await;
+    let resent = first.as_ref().is_err_and(passing);
+    match while_passing(first, deadline, || r.is_lost(), &r.id, again).await {
         Ok(_) => {
             shared.settled.fetch_add(1, Ordering::Relaxed);
         }
-        Err(e) if e.is_lost_lease() => {}
-        Err(e) => shared.report(format!("release {} (left to lease expiry)", r.id), e),
+        // A resend finds the task gone when the first try had committed.
+        Err(e) if e.is_lost_lease() && resent => {
+            tracing::debug!(task = %r.id, "a resent release found the task given back already");
+        }
+        Err(e) => shared.report(format!("release {} at shutdown (left to its lease)", r.id), e),
     }
 }
