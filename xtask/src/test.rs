@@ -118,8 +118,12 @@ fn run_and_collect(cmd: &mut Command) -> Result<(ExitStatus, Failures), String> 
     };
     // A process a test left running may hold the pipe open for ever: once
     // cargo has exited, take what is still coming, and do not wait for the end.
+    let drained = std::time::Instant::now();
     while let Ok(line) = rx.recv_timeout(Duration::from_millis(500)) {
         failures.read(&line);
+        if drained.elapsed() > Duration::from_secs(5) {
+            break;
+        }
     }
     failures.finish();
     failures.cross_check();
@@ -201,7 +205,10 @@ impl Failures {
             }
             self.in_closing_block = false;
         }
-        if let Some(rest) = trimmed.strip_prefix("Running ") {
+        // Only cargo's own line: a test's output may start with "Running " too.
+        if let Some(rest) =
+            trimmed.strip_prefix("Running ").filter(|r| r.ends_with(')') && r.contains("deps/"))
+        {
             self.start(target_name(rest));
         } else if let Some(krate) = trimmed.strip_prefix("Doc-tests ") {
             self.start(format!("{krate} doc-tests"));
@@ -255,7 +262,8 @@ impl Failures {
 
 /// The target a rerun's args name, as [`target_name`] names it:
 /// "-p waymark-tests --test pool_tls" -> "pool_tls"; "-p waymark-store --lib"
-/// -> "waymark_store"; "-p waymark-store --doc" -> "waymark-store doc-tests".
+/// -> "waymark_store"; "-p waymark-store --doc" -> "waymark_store doc-tests"
+/// (cargo names doc-tests by crate, `Doc-tests waymark_store`).
 fn rerun_target(args: &str) -> String {
     let words: Vec<&str> = args.split_whitespace().collect();
     let after = |flag: &str| words.windows(2).find(|w| w[0] == flag).map(|w| w[1]);
@@ -263,7 +271,7 @@ fn rerun_target(args: &str) -> String {
     if let Some(test) = after("--test").or_else(|| after("--bin")) {
         test.to_owned()
     } else if words.contains(&"--doc") {
-        format!("{package} doc-tests")
+        format!("{} doc-tests", package.replace('-', "_"))
     } else {
         package.replace('-', "_")
     }
@@ -326,26 +334,32 @@ mod tests {
             "     Running tests/c.rs (target/debug/deps/c-89ab)",
             "error: test failed, to rerun pass `-p waymark-tests --test c`",
             "process didn't exit successfully: `target/debug/deps/c-89ab` (signal: 6, SIGABRT: process abort signal)",
-            "error: 3 targets failed:",
+            "Running a fake step (not cargo's line)",
+            "   Doc-tests waymark_store",
+            "test crates/store/src/lib.rs - (line 10) ... FAILED",
+            "error: doctest failed, to rerun pass `-p waymark-store --doc`",
+            "error: 4 targets failed:",
             "    `-p waymark-tests --test a`",
             "    `-p waymark-tests --test c`",
             "    `-p waymark-tests --test d`",
+            "    `-p waymark-store --doc`",
         ]);
         assert_eq!(
             f.failed,
             [
                 "a: two",
                 "c: failed (signal: 6, SIGABRT: process abort signal) without naming a failing test; see its output above",
+                "waymark_store doc-tests: crates/store/src/lib.rs - (line 10)",
                 "d: failed, says cargo; see its output above",
             ]
         );
-        assert_eq!(f.reruns.len(), 3);
+        assert_eq!(f.reruns.len(), 4);
     }
 
     #[test]
     fn rerun_args_name_their_target() {
         assert_eq!(rerun_target("-p waymark-tests --test pool_tls"), "pool_tls");
         assert_eq!(rerun_target("-p waymark-store --lib"), "waymark_store");
-        assert_eq!(rerun_target("-p waymark-store --doc"), "waymark-store doc-tests");
+        assert_eq!(rerun_target("-p waymark-store --doc"), "waymark_store doc-tests");
     }
 }

@@ -2,7 +2,7 @@
 //! until it ends.
 
 use async_trait::async_trait;
-use waymark_store::{ExecError, ExecErrorKind, PgSession, PgTransaction, Row, Sql, Value};
+use waymark_store::{ExecError, PgSession, PgTransaction, Row, Sql, Value};
 
 use crate::codec::map_error;
 use crate::pool::{query_on, Lease, PgPool};
@@ -107,15 +107,15 @@ impl Drop for PoolTransaction {
         let Some(mut lease) = self.lease.take() else { return };
         match tokio::runtime::Handle::try_current() {
             // Roll back before the connection (and its permit) are released.
+            // Not counted toward the breaker: it has no deadline, and a
+            // failure heard long after the server came back must not open
+            // it again (a statement that failed inside was counted then).
             Ok(handle) => {
-                let pool = self.pool.clone();
                 handle.spawn(async move {
-                    let result = lease.conn.client.batch_execute("rollback").await.map_err(map_error);
-                    if let Err(e) = &result {
+                    if let Err(e) = lease.conn.client.batch_execute("rollback").await {
                         tracing::warn!(error = %e, "rollback of a dropped transaction failed; discarding the connection");
-                        lease.conn.broken |= e.kind() != ExecErrorKind::Connection; // settle marks the rest
+                        lease.conn.broken = true;
                     }
-                    lease.settle(&pool, result.as_ref().map(|_| ()));
                 });
             }
             // Nothing can roll back here: never reuse a connection still

@@ -112,6 +112,20 @@ pub enum Error {
     /// The executor failed.
     #[error(transparent)]
     Executor(#[from] ExecError),
+    /// A task ended, but its answer (a succeeded task's result, a failed
+    /// one's error) is JSON that the store cannot read: written by another
+    /// client, legal jsonb that serde_json cannot hold.
+    #[error("task {task_id} ended {status}, but its {column} cannot be read here: {reason}")]
+    UnreadableAnswer {
+        /// The task.
+        task_id: String,
+        /// How it ended.
+        status: crate::task::TaskStatus,
+        /// `result` or `error`.
+        column: String,
+        /// Why serde_json could not hold it.
+        reason: String,
+    },
     /// Something failed that never should (a panic in a background task,
     /// say): a bug, in waymark or in the executor it was handed.
     #[error("internal error: {0}")]
@@ -183,6 +197,7 @@ impl Error {
             Error::TaskCanceled { .. } => "TaskCanceled",
             Error::Decode(_) => "DecodeError",
             Error::Executor(_) => "ExecutorError",
+            Error::UnreadableAnswer { .. } => "UnreadableAnswer",
             Error::Internal(_) => "InternalError",
         }
     }
@@ -194,7 +209,8 @@ impl Error {
             | Error::LostLease { task_id, .. }
             | Error::TaskTimeout { task_id, .. }
             | Error::TaskFailed { task_id, .. }
-            | Error::TaskCanceled { task_id } => Some(task_id),
+            | Error::TaskCanceled { task_id }
+            | Error::UnreadableAnswer { task_id, .. } => Some(task_id),
             _ => None,
         }
     }

@@ -402,8 +402,9 @@ impl<E: PgExecutor> Store<E> {
     ///
     /// A claimed task whose payload or metadata cannot be read
     /// ([`Task::input_unreadable`]) is never handed out: it fails for good,
-    /// and the pass claims again in its place, so a short answer still
-    /// means the queues ran dry.
+    /// and the pass claims again in its place (up to `limit` more such rows,
+    /// within a quarter of the lease), so a short answer means the queues
+    /// ran dry, short of a run of unreadable rows longer than that.
     pub async fn claim(&self, req: &ClaimRequest) -> Result<Vec<Task>> {
         non_empty("worker_id", &req.worker_id)?;
         if req.lease_ms < 1 {
@@ -412,17 +413,24 @@ impl<E: PgExecutor> Store<E> {
         if req.limit <= 0 || req.queues.is_empty() || req.names.as_ref().is_some_and(Vec::is_empty) {
             return Ok(Vec::new());
         }
+        let started = std::time::Instant::now();
         let mut claimed = self.claim_pass(req).await?;
         let (mut readable, mut failed) = self.fail_unreadable(claimed, &req.worker_id).await;
-        // Each refill fails its unreadable rows for good, so this ends; it
-        // stops early if failing one did not land (its lease will expire).
-        while failed > 0 && readable.len() < usize::try_from(req.limit).unwrap_or(usize::MAX) {
+        // Claim again in place of what was failed, while the leases already
+        // taken are young (nobody renews them until this returns): at most
+        // `limit` more unreadable rows, within a quarter of the lease. A
+        // failure that did not land is not replaced.
+        let budget = Duration::from_millis(u64::try_from(req.lease_ms / 4).unwrap_or(0));
+        let mut refilled = 0i64;
+        while failed > 0
+            && readable.len() < usize::try_from(req.limit).unwrap_or(usize::MAX)
+            && refilled < req.limit
+            && started.elapsed() < budget
+        {
             let want = req.limit - i64::try_from(readable.len()).unwrap_or(req.limit);
-            let refill = ClaimRequest {
-                limit: want.min(i64::try_from(failed).unwrap_or(i64::MAX)),
-                probe: false,
-                ..req.clone()
-            };
+            let want = want.min(i64::try_from(failed).unwrap_or(i64::MAX)).min(req.limit - refilled);
+            refilled += want;
+            let refill = ClaimRequest { limit: want, probe: false, ..req.clone() };
             claimed = match claim_draw(&mut Autocommit(&self.exec), &refill).await {
                 Ok(more) => more,
                 // The tasks already claimed are this caller's now: hand them

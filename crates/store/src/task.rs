@@ -126,7 +126,8 @@ pub struct Task {
     /// keeps the value as written. A claim never hands out a task whose
     /// payload or metadata is unreadable: it fails it for good (see
     /// [`Store::claim`](crate::Store::claim)). [`Store::call`](crate::Store::call)
-    /// answers [`Error::Decode`] for a result or an error it cannot read.
+    /// answers [`Error::UnreadableAnswer`](crate::Error::UnreadableAnswer)
+    /// for a result or an error it cannot read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unreadable: Vec<Unreadable>,
 }

@@ -203,8 +203,8 @@ impl<E: PgExecutor> Store<E> {
     /// Submits `task` and waits for its end: `Ok` with the succeeded task,
     /// [`Error::TaskFailed`] with its envelope, [`Error::TaskCanceled`], or
     /// [`Error::TaskTimeout`] (the task keeps running). A result or error
-    /// the store cannot read ([`Task::unreadable`]) is [`Error::Decode`]
-    /// naming the task and the column.
+    /// the store cannot read ([`Task::unreadable`]) is
+    /// [`Error::UnreadableAnswer`], naming the task, its status and the column.
     pub async fn call(&self, task: NewTask, timeout: Duration) -> Result<Task> {
         let submitted = self.submit(task).await?;
         let done = self.wait(&submitted.id, timeout).await?;
@@ -215,7 +215,12 @@ impl<E: PgExecutor> Store<E> {
             _ => None,
         };
         if let Some(u) = answer.and_then(|column| done.unreadable_column(column)) {
-            return Err(Error::Decode(format!("task {} ended {}, but its {u}", done.id, done.status)));
+            return Err(Error::UnreadableAnswer {
+                task_id: done.id.clone(),
+                status: done.status,
+                column: u.column.clone(),
+                reason: u.reason.clone(),
+            });
         }
         match done.status {
             TaskStatus::Succeeded => Ok(done),

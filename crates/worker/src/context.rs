@@ -94,14 +94,14 @@ impl Running {
     }
 
     pub(crate) fn set_in_poll(&self, polling: bool) {
-        self.in_poll.store(polling, Ordering::Relaxed);
+        self.in_poll.store(polling, Ordering::SeqCst);
     }
 
     /// Whether the run is inside a poll that has not returned: seen after
     /// shutdown's bound, it is stuck in blocking code. (A run merely
     /// starved of a thread is not: it is parked, waiting to be polled.)
     pub(crate) fn is_stuck(&self) -> bool {
-        !self.ended.load(Ordering::SeqCst) && self.in_poll.load(Ordering::Relaxed)
+        !self.ended.load(Ordering::SeqCst) && self.in_poll.load(Ordering::SeqCst)
     }
 }
 

@@ -65,8 +65,10 @@
 //! task given back too, never failed or succeeded; one stuck in blocking
 //! code cannot hold `run()`, which gives the others back and returns within
 //! the grace plus about three seconds; the stuck run's task is left to its
-//! lease (no longer renewed), so no other worker starts it while it may
-//! still run here.
+//! lease (no longer renewed), so no other worker starts it before the lease
+//! runs out. Work a handler hands to `spawn_blocking` keeps running after
+//! the handler is dropped, out of the worker's sight: have it check the
+//! token's reason, or finish within the grace.
 
 mod context;
 mod error;

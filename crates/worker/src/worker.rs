@@ -30,6 +30,10 @@ const CLAIM_GATHER: Duration = Duration::from_millis(10);
 /// token, before its future is dropped.
 const STOP_GRACE: Duration = Duration::from_millis(500);
 
+/// The first pause before a failed claim is tried again; it doubles up
+/// to the poll interval while claims keep failing.
+const CLAIM_RETRY_FIRST: Duration = Duration::from_millis(50);
+
 /// Claim transactions under way at once: while one commits, the next
 /// draws.
 const CLAIMS_IN_FLIGHT: usize = 2;
@@ -318,7 +322,8 @@ impl WorkerHandle {
         (self.paused)(paused)
     }
 
-    /// Tasks claimed and not yet settled.
+    /// Runs in flight: claimed tasks whose handlers have not ended. (At
+    /// shutdown, tasks being given back are no longer counted.)
     pub fn running(&self) -> usize {
         (self.running)()
     }
@@ -400,6 +405,10 @@ async fn claim_loop<E: PgExecutor + 'static>(
     // signal knows work is due and goes straight to the claim statement.
     let mut probe_due = true;
     let mut last_probe = Instant::now();
+    // After a failed claim, when to try again: soon, backing off to the
+    // poll interval, not at the next signal (which may be a poll away).
+    let mut retry_at: Option<tokio::time::Instant> = None;
+    let mut retry_pause = CLAIM_RETRY_FIRST;
     // The watch's first answer is "read now".
     let _ = watch.next().await;
     loop {
@@ -454,15 +463,31 @@ async fn claim_loop<E: PgExecutor + 'static>(
                 // A failed claim may have been the one that probed: the
                 // next one probes (and so recovers leases) instead.
                 probe_due |= out.is_err();
+                if out.is_err() {
+                    retry_at = Some(tokio::time::Instant::now() + retry_pause);
+                    retry_pause = (retry_pause * 2).min(shared.poll_interval);
+                } else {
+                    retry_pause = CLAIM_RETRY_FIRST;
+                }
                 start_all(shared, settler, runs, out);
             }
             _ = shared.slot_freed.notified(), if slots_full => {}
+            _ = sleep_until_some(retry_at), if retry_at.is_some() => {
+                (dry, retry_at) = (false, None);
+            }
             // A queued signal or a poll (a queue watch yields no done signals).
             signal = watch.next(), if !slots_full => {
                 dry = false;
                 probe_due |= signal == Signal::Poll;
             }
         }
+    }
+}
+
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -530,9 +555,9 @@ fn start_run<E: PgExecutor + 'static>(
 
 /// Frees a run's slot when the run ends, however it ends, and wakes the
 /// claim loop. Its entry leaves the running map (if it is still this
-/// run's) once the task is settled or lost; a run stopped at shutdown ends
-/// unsettled, and its entry stays, so its lease is renewed until shutdown
-/// gives the task back.
+/// run's), except past the shutdown grace: shutdown owns the map then, and
+/// a run it stopped ends unsettled, its lease renewed until shutdown gives
+/// the task back.
 struct Slot<E> {
     shared: Arc<Shared<E>>,
     running: Arc<Running>,
@@ -542,8 +567,8 @@ impl<E> Drop for Slot<E> {
     fn drop(&mut self) {
         self.running.mark_ended();
         let mut map = self.shared.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let done = self.running.is_settled() || self.running.is_lost();
-        if done && map.get(&self.running.id).is_some_and(|r| Arc::ptr_eq(r, &self.running)) {
+        let past_grace = *self.shared.past_grace.borrow();
+        if !past_grace && map.get(&self.running.id).is_some_and(|r| Arc::ptr_eq(r, &self.running)) {
             map.remove(&self.running.id);
         }
         drop(map);
@@ -743,6 +768,10 @@ async fn settle_again<E: PgExecutor + 'static>(
     let deadline = Instant::now() + Duration::from_millis(shared.lease_ms as u64 / 2);
     let again = || settler.settle(&shared.store, settlement.clone());
     let out = while_passing(Err(error), deadline, || running.is_lost(), settlement.task_id(), again).await;
+    if out.is_err() && running.is_lost() {
+        tracing::debug!(task = %settlement.task_id(), "lease lost while a settlement was retried");
+        return;
+    }
     settled(shared, &settlement, out);
 }
 
@@ -834,11 +863,13 @@ async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &mut J
     if grace.await.is_ok() {
         return;
     }
+    // Past the grace first, so that a run answering its token keeps its
+    // entry (and its lease renewed) until shutdown gives its task back.
+    shared.past_grace.send_replace(true);
     let left: Vec<Arc<Running>> = shared.running.lock().expect("running lock").values().cloned().collect();
     for r in &left {
         r.cancel(CancelReason::Shutdown);
     }
-    shared.past_grace.send_replace(true);
     // A run that answers its token, or is dropped after STOP_GRACE, ends
     // here; one already settling gets a moment to hear its answer.
     let ended =
