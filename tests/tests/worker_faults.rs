@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use waymark_pool::PgPool;
 use waymark_store::protocol::Statement;
 use waymark_store::{NewTask, PgExecutor, Store, Task, TaskStatus};
 use waymark_tests::fault_executor::hooked;
-use waymark_tests::proxy::{pool_through, proxy_for};
+use waymark_tests::proxy::{pool_through, proxy_for, AnswerCuttingProxy};
 use waymark_tests::{connect_in, eventually, pool_store, TestSchema};
 use waymark_worker::{CancelReason, TaskError, Worker};
 
@@ -40,6 +41,22 @@ async fn until_each<E: PgExecutor>(
         true
     })
     .await;
+}
+
+/// A store whose statements go through a proxy that can take the server
+/// away, with no retries inside the pool (each connection the proxy refuses
+/// is one try of the worker's own), and LISTEN straight to the server (so
+/// signals still arrive, and nothing else talks through the proxy).
+async fn behind_a_proxy(schema: &TestSchema) -> (AnswerCuttingProxy, Arc<Store<PgPool>>) {
+    let proxy = proxy_for(&schema.url).await;
+    let pool = pool_through(&proxy, schema)
+        .max_size(4)
+        .retry_attempts(0)
+        .listen_url(&schema.url)
+        .build()
+        .expect("pool");
+    let store = Arc::new(connect_in(pool, schema).await);
+    (proxy, store)
 }
 
 /// A given-back task: queued, its attempt unspent, nothing recorded.
@@ -162,16 +179,7 @@ async fn a_handler_stuck_in_blocking_code_cannot_hold_shutdown() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_that_fails_is_tried_again_while_the_lease_lasts() {
     let schema = TestSchema::new().await;
-    let proxy = proxy_for(&schema.url).await;
-    // No retries inside the pool, and LISTEN straight to the server: each
-    // connection the proxy refuses is one try of the worker's own.
-    let pool = pool_through(&proxy, &schema)
-        .max_size(4)
-        .retry_attempts(0)
-        .listen_url(&schema.url)
-        .build()
-        .expect("pool");
-    let store = Arc::new(connect_in(pool, &schema).await);
+    let (proxy, store) = behind_a_proxy(&schema).await;
     let id = store.submit(NewTask::new("deaf", json!({}))).await.expect("submit").id;
     let worker = Worker::builder(store.clone())
         .lease(Duration::from_secs(30))
@@ -374,16 +382,7 @@ async fn a_commit_refused_after_the_shutdown_token_gives_the_task_back_unspent()
 async fn a_failed_claim_is_tried_again_soon_not_at_the_next_poll() {
     let schema = TestSchema::new().await;
     let direct = pool_store(&schema).await;
-    let proxy = proxy_for(&schema.url).await;
-    // Claims go through the proxy (no retries inside the pool); LISTEN goes
-    // straight to the server, so the queued signal still arrives.
-    let pool = pool_through(&proxy, &schema)
-        .max_size(4)
-        .retry_attempts(0)
-        .listen_url(&schema.url)
-        .build()
-        .expect("pool");
-    let store = Arc::new(connect_in(pool, &schema).await);
+    let (proxy, store) = behind_a_proxy(&schema).await;
     let worker = Worker::builder(store.clone())
         .poll_interval(Duration::from_secs(120))
         .task("x", |_ctx, _p: serde_json::Value| async move { Ok(json!({})) })
