@@ -31,6 +31,29 @@ pub async fn admin_client(url: &str) -> tokio_postgres::Client {
     client
 }
 
+/// Drops the database `name` on `server` (ending its sessions) and creates
+/// it again, empty; answers its URL. For the demo and the bench, which
+/// want a database of their own per run.
+pub async fn recreate_database(server: &str, name: &str) -> Result<String, String> {
+    let admin = admin_client(server).await;
+    // Two calls: a multi-statement string would run as one transaction,
+    // which DROP/CREATE DATABASE refuse.
+    for sql in [format!("drop database if exists {name} with (force)"), format!("create database {name}")] {
+        admin.batch_execute(&sql).await.map_err(|e| format!("{sql}: {e}"))?;
+    }
+    Ok(url_with_database(server, name))
+}
+
+/// The server's value of the setting `name`, as `current_setting` gives it.
+pub async fn server_setting(server: &str, name: &str) -> Result<String, String> {
+    let row = admin_client(server)
+        .await
+        .query_one("select current_setting($1)", &[&name])
+        .await
+        .map_err(|e| format!("reading setting {name}: {e}"))?;
+    Ok(row.get(0))
+}
+
 fn unique(prefix: &str) -> String {
     let n: u64 = rand::thread_rng().gen();
     format!("{prefix}_{n:016x}")

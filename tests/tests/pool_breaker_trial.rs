@@ -11,7 +11,7 @@ use serde_json::json;
 use waymark_pool::BreakerState;
 use waymark_store::{ClaimRequest, ExecErrorKind, NewTask, PgExecutor, PgSession, PgTransaction};
 use waymark_tests::proxy::{pool_through, proxy_for};
-use waymark_tests::{connect_in, TestSchema};
+use waymark_tests::{connect_in, eventually, TestSchema};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_taken_as_the_trial_does_not_fence_heartbeats() {
@@ -91,6 +91,12 @@ async fn connections_lost_inside_dropped_transactions_open_the_breaker() {
     let mut second = store.executor().begin().await.expect("begin");
     let before = store.executor().stats().connection_errors;
     proxy.set_down(true);
+    // The proxy cuts the connections on its own tasks: wait until both
+    // clients have seen their connection end.
+    eventually(Duration::from_secs(10), "both connections cut", || async {
+        first.client().is_closed() && second.client().is_closed()
+    })
+    .await;
     for tx in [&mut first, &mut second] {
         let err = tx.execute_script("select 1").await.expect_err("the server is away");
         assert_eq!(err.kind(), ExecErrorKind::Connection, "{err}");

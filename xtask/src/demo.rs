@@ -153,16 +153,7 @@ pub(crate) async fn find_postgres() -> Result<String, String> {
 }
 
 pub(crate) async fn fresh_database(server: &str, name: &str) -> Result<String, String> {
-    let admin = waymark_tests::db::admin_client(server).await;
-    // Two calls: a multi-statement string would run as one transaction,
-    // which DROP/CREATE DATABASE refuse.
-    for sql in [format!("drop database if exists {name} with (force)"), format!("create database {name}")] {
-        admin
-            .batch_execute(&sql)
-            .await
-            .map_err(|e| format!("{sql}: {}", waymark_pool::codec::map_error(e)))?;
-    }
-    Ok(waymark_tests::db::url_with_database(server, name))
+    waymark_tests::db::recreate_database(server, name).await
 }
 
 async fn submit_all(store: &Arc<Store<PgPool>>, queue: &str, tasks: usize) -> Result<(), String> {

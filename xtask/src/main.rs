@@ -3,6 +3,7 @@
 //! - `migrate [--database-url URL] [--schema NAME] [--status]`
 //! - `setup` : find or install what the tests need (PostgreSQL, PgBouncer, ...)
 //! - `test` : setup, then ensure a PostgreSQL, then run the whole test suite
+//! - `tidy` : SQL only in protocol-sql/, crates layered as documented
 //! - `demo` : find or start PostgreSQL, migrate, submit and process tasks
 
 mod bench;
@@ -10,6 +11,7 @@ mod demo;
 mod migrate;
 mod prereqs;
 mod test;
+mod tidy;
 
 use std::process::ExitCode;
 
@@ -28,6 +30,8 @@ commands:
           interop included, without stopping at the first failing binary, and
           list the failures at the end; ARGS go to cargo test (-p narrows it
           from the whole workspace)
+  tidy    check what a build cannot: SQL only in protocol-sql/ (and tests, and the
+          bench baseline), crates layered as docs/architecture.md lists
   demo    find or start PostgreSQL, migrate, submit a few thousand tasks and
           process them with visible progress
   bench [all|enqueue|drain|latency|mixed|binding|explain]
@@ -45,6 +49,7 @@ fn main() -> ExitCode {
         Some("setup") if args.len() == 1 => prereqs::ensure("xtask setup"),
         Some("setup") => Err(format!("setup takes no arguments\n\n{USAGE}")),
         Some("test") => test::run(&args[1..]),
+        Some("tidy") => tidy::run(&args[1..]),
         Some("demo") => runtime().block_on(demo::run(&args[1..])),
         Some("bench") if cfg!(debug_assertions) => in_release(&args),
         Some("bench") => runtime().block_on(bench::run(&args[1..])),

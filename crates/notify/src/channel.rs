@@ -48,34 +48,16 @@ where
     Ok(out)
 }
 
-/// `name` as a quoted identifier: in double quotes, an embedded `"` doubled.
-pub(crate) fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// One simple-query script that listens on every channel (one round trip).
-pub(crate) fn listen_script(channels: &[String]) -> String {
-    channels.iter().map(|c| format!("listen {};", quote_ident(c))).collect::<Vec<_>>().join(" ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn identifiers_are_quoted_with_embedded_quotes_doubled() {
-        assert_eq!(quote_ident("cairnq_queued"), "\"cairnq_queued\"");
-        assert_eq!(quote_ident("Mixed Case"), "\"Mixed Case\"");
-        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
-        assert_eq!(quote_ident("\"; drop table x; --"), "\"\"\"; drop table x; --\"");
-        assert_eq!(quote_ident("ünïcode"), "\"ünïcode\"");
-    }
-
-    #[test]
     fn the_listen_script_names_each_channel_once() {
         let channels = validate_all(["b", "a\"x", "b"]).unwrap();
         assert_eq!(channels, ["b", "a\"x"]);
-        assert_eq!(listen_script(&channels), "listen \"b\"; listen \"a\"\"x\";");
+        let script = waymark_protocol::listener::listen_script(&channels);
+        assert_eq!(script, "listen \"b\"; listen \"a\"\"x\";");
     }
 
     #[test]

@@ -18,9 +18,9 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{AsyncMessage, Client};
 
 use crate::backoff::is_capacity_error;
-use crate::channel::listen_script;
 use crate::connector::{Connector, MessageStream};
 use crate::options::HubOptions;
+use waymark_protocol::listener as sql;
 
 /// The payload prefix of probe notifications. A probe is sent on the hub's
 /// first channel, where every listener of the database sees it: a consumer
@@ -182,7 +182,7 @@ impl Listener {
     /// Runs `select 1`, at most `within`: a session that cannot answer is
     /// treated as lost.
     pub(crate) async fn health_check(&mut self, within: Duration) -> Result<(), SessionError> {
-        match timeout(within, self.driver.drive(self.client.batch_execute("select 1"))).await {
+        match timeout(within, self.driver.drive(self.client.batch_execute(sql::health_check()))).await {
             Ok(Ok(Ok(()))) => Ok(()),
             Ok(Ok(Err(e))) => Err(SessionError::postgres("health check", &e)),
             Ok(Err(e)) => Err(e),
@@ -203,7 +203,7 @@ impl Listener {
     /// pooler this leaves no LISTEN behind on whichever server connection
     /// takes it.
     async fn unlisten_and_close(mut self, within: Duration) {
-        let _ = timeout(within, self.driver.drive(self.client.batch_execute("unlisten *"))).await;
+        let _ = timeout(within, self.driver.drive(self.client.batch_execute(sql::unlisten_all()))).await;
         self.close(within).await;
     }
 }
@@ -246,9 +246,7 @@ pub(crate) async fn open(
     if let Some(key) = options.leader_lock {
         let locked = tokio::time::timeout_at(
             deadline,
-            listener
-                .driver
-                .drive(listener.client.query_typed("select pg_try_advisory_lock($1)", &[(&key, Type::INT8)])),
+            listener.driver.drive(listener.client.query_typed(sql::leader_lock(), &[(&key, Type::INT8)])),
         )
         .await
         .map_err(|_| timed_out("taking the leader lock"))??
@@ -260,7 +258,7 @@ pub(crate) async fn open(
         }
     }
 
-    let script = listen_script(channels);
+    let script = sql::listen_script(channels);
     tokio::time::timeout_at(deadline, listener.driver.drive(listener.client.batch_execute(&script)))
         .await
         .map_err(|_| timed_out("listen"))??
@@ -312,7 +310,7 @@ async fn send_probe(
         [(&channel, Type::TEXT), (&token, Type::TEXT)];
     let sent = tokio::time::timeout_at(
         deadline,
-        prober.driver.drive(prober.client.query_typed("select pg_notify($1, $2)", &params)),
+        prober.driver.drive(prober.client.query_typed(sql::probe_notify(), &params)),
     )
     .await;
     prober.close(within).await;

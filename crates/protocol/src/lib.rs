@@ -15,6 +15,7 @@
 
 mod catalogue;
 mod header;
+pub mod listener;
 mod migrations;
 mod scripts;
 

@@ -70,15 +70,21 @@
 //! the handler is dropped, out of the worker's sight: have it check the
 //! token's reason, or finish within the grace.
 
+mod builder;
+mod claim_loop;
 mod context;
 mod error;
 mod handler;
+mod heartbeat;
+mod run;
 mod settle;
+mod shutdown;
 mod worker;
 
+pub use builder::WorkerBuilder;
 pub use context::{CancelReason, TaskContext};
 pub use error::TaskError;
-pub use worker::{Worker, WorkerBuilder, WorkerError, WorkerHandle};
+pub use worker::{Worker, WorkerError, WorkerHandle};
 
 #[doc(no_inline)]
 pub use waymark_store::PgExecutor;

@@ -134,9 +134,7 @@ async fn rounds(rounds: usize, rows: &mut [Row], runs: &[RoundFn<'_>]) -> Result
 async fn all(which: &[&str], rounds: Option<usize>) -> Result<(), String> {
     let n = |default: usize| rounds.unwrap_or(default);
     let server = crate::demo::find_postgres().await?;
-    let admin = waymark_tests::db::admin_client(&server).await;
-    let sync: String =
-        admin.query_one("show synchronous_commit", &[]).await.map_err(|e| e.to_string())?.get(0);
+    let sync = waymark_tests::db::server_setting(&server, "synchronous_commit").await?;
     println!("bench: synchronous_commit = {sync}; each run on a fresh database");
     let mut rows = Vec::new();
     if which.contains(&"enqueue") {

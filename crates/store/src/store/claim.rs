@@ -1,0 +1,234 @@
+//! The worker's side before settlement: the claim pass, heartbeats,
+//! progress.
+
+use std::time::Duration;
+
+use waymark_protocol::Statement;
+
+use super::settle::fail;
+use super::{finish, owned, positive_lease, tasks, Store};
+use crate::error::{Error, Result};
+use crate::executor::{Autocommit, Lane, PgExecutor, PgSession};
+use crate::options::{non_empty, ClaimRequest, Failure};
+use crate::statements::{run, run_opt, Binds};
+use crate::task::{opt_int8, text, Beat, ErrorEnvelope, Task};
+
+impl<E: PgExecutor> Store<E> {
+    /// One claim pass: a cheap probe outside any transaction; if it finds an
+    /// expired lease, one transaction that recovers expired leases and then
+    /// claims (so the pass that recovers a task has the first pick of it);
+    /// if it finds only due work, the claim statement alone in autocommit,
+    /// which skips locked rows and so never waits on a lock. With
+    /// [`ClaimRequest::probe`] off, the pass is that claim statement alone.
+    /// Rows come back in no particular order.
+    ///
+    /// A claimed task whose payload or metadata cannot be read
+    /// ([`Task::input_unreadable`]) is never handed out: it fails for good,
+    /// and the pass claims again in its place (up to `limit` more such rows,
+    /// within a quarter of the lease), so a short answer means the queues
+    /// ran dry, short of a run of unreadable rows longer than that.
+    pub async fn claim(&self, req: &ClaimRequest) -> Result<Vec<Task>> {
+        non_empty("worker_id", &req.worker_id)?;
+        if req.lease_ms < 1 {
+            return Err(Error::invalid(format!("lease_ms must be at least 1, got {}", req.lease_ms)));
+        }
+        if req.limit <= 0 || req.queues.is_empty() || req.names.as_ref().is_some_and(Vec::is_empty) {
+            return Ok(Vec::new());
+        }
+        let started = std::time::Instant::now();
+        let mut claimed = self.claim_pass(req).await?;
+        let (mut readable, mut failed) = self.fail_unreadable(claimed, &req.worker_id).await;
+        // Claim again in place of what was failed, while the leases already
+        // taken are young (nobody renews them until this returns): at most
+        // `limit` more unreadable rows, within a quarter of the lease. A
+        // failure that did not land is not replaced.
+        let budget = Duration::from_millis(u64::try_from(req.lease_ms / 4).unwrap_or(0));
+        let mut refilled = 0i64;
+        while failed > 0
+            && readable.len() < usize::try_from(req.limit).unwrap_or(usize::MAX)
+            && refilled < req.limit
+            && started.elapsed() < budget
+        {
+            let want = req.limit - i64::try_from(readable.len()).unwrap_or(req.limit);
+            let want = want.min(i64::try_from(failed).unwrap_or(i64::MAX)).min(req.limit - refilled);
+            refilled += want;
+            let refill = ClaimRequest { limit: want, probe: false, ..req.clone() };
+            claimed = match claim_draw(&mut Autocommit(&self.exec), &refill).await {
+                Ok(more) => more,
+                // The tasks already claimed are this caller's now: hand them
+                // out rather than strand them until their leases expire.
+                Err(e) => {
+                    tracing::warn!(error = %e, "claiming in place of unreadable tasks failed");
+                    break;
+                }
+            };
+            let (more, more_failed) = self.fail_unreadable(claimed, &req.worker_id).await;
+            readable.extend(more);
+            failed = more_failed;
+        }
+        Ok(readable)
+    }
+
+    async fn claim_pass(&self, req: &ClaimRequest) -> Result<Vec<Task>> {
+        if req.probe {
+            let binds: Binds =
+                vec![("queues", req.queues.clone().into()), ("names", req.names.clone().into())];
+            let (due, expired) =
+                match run_opt(&mut Autocommit(&self.exec), Statement::ClaimableProbe, binds).await? {
+                    Some(mut row) => (
+                        crate::task::opt_bool(&mut row, "due")?.unwrap_or(false),
+                        crate::task::opt_bool(&mut row, "expired")?.unwrap_or(false),
+                    ),
+                    None => (false, false),
+                };
+            if expired {
+                let mut tx = self.begin(Lane::Ordinary).await?;
+                let out = async {
+                    recover_leases(&mut tx).await?;
+                    claim_draw(&mut tx, req).await
+                }
+                .await;
+                return finish(tx, out, "claim").await;
+            }
+            if !due {
+                return Ok(Vec::new());
+            }
+        }
+        claim_draw(&mut Autocommit(&self.exec), req).await
+    }
+
+    /// Fails for good each claimed task whose input cannot be read (no
+    /// handler could see its payload as written), with an envelope naming
+    /// the column. Returns the rest and how many were failed. If that write
+    /// fails too, the task is left to its lease, which expires and brings it
+    /// back here; it is not counted, so the caller does not claim again.
+    async fn fail_unreadable(&self, claimed: Vec<Task>, worker_id: &str) -> (Vec<Task>, usize) {
+        if !claimed.iter().any(Task::input_unreadable) {
+            return (claimed, 0);
+        }
+        let mut readable = Vec::with_capacity(claimed.len());
+        let mut failed = 0;
+        for task in claimed {
+            if !task.input_unreadable() {
+                readable.push(task);
+                continue;
+            }
+            let why = task.unreadable.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+            let envelope = ErrorEnvelope {
+                details: serde_json::json!({ "unreadable": task.unreadable }),
+                ..ErrorEnvelope::new(
+                    "UnreadableTask",
+                    crate::task::codes::TASK_ERROR,
+                    format!("waymark cannot read this task's row: {why}"),
+                    false,
+                )
+            };
+            let failure = Failure::new(envelope.to_json()).retryable(false).on_attempt(task.attempt);
+            tracing::warn!(task = %task.id, reason = %why, "claimed a task whose input cannot be read; failing it");
+            match fail(&mut Autocommit(&self.exec), &task.id, worker_id, &failure).await {
+                Ok(_) => failed += 1,
+                Err(e) => {
+                    tracing::warn!(task = %task.id, error = %e, "failing an unreadable task failed; its lease will expire");
+                }
+            }
+        }
+        (readable, failed)
+    }
+
+    /// Extends a lease; [`Error::LostLease`] if the worker no longer holds it.
+    pub async fn heartbeat(&self, id: &str, worker_id: &str, lease_ms: i64) -> Result<Task> {
+        positive_lease(lease_ms)?;
+        let binds: Binds = vec![("lease_ms", lease_ms.into())];
+        owned(&mut Autocommit(&self.exec), Statement::Heartbeat, binds, id, worker_id).await
+    }
+
+    /// Extends every lease in `ids` at once. Returns the tasks still owned,
+    /// in the order of `ids`; a missing id is a lost lease.
+    pub async fn heartbeat_batch(&self, ids: &[String], worker_id: &str, lease_ms: i64) -> Result<Vec<Beat>> {
+        non_empty("worker_id", worker_id)?;
+        positive_lease(lease_ms)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let binds: Binds = vec![
+            ("lease_ms", lease_ms.into()),
+            ("ids", ids.to_vec().into()),
+            ("worker_id", worker_id.into()),
+        ];
+        let mut beats: Vec<Beat> = run(&mut Autocommit(&self.exec), Statement::HeartbeatBatch, binds)
+            .await?
+            .into_iter()
+            .map(|mut row| {
+                Ok(Beat {
+                    id: text(&mut row, "id")?,
+                    cancel_requested_at_ms: opt_int8(&mut row, "cancel_requested_at_ms")?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let position: std::collections::HashMap<&str, usize> =
+            ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
+        beats.sort_by_key(|b| position.get(b.id.as_str()).copied());
+        Ok(beats)
+    }
+
+    /// Records progress (`[0, 1]`) and/or a message; `None` keeps a field.
+    pub async fn progress(
+        &self,
+        id: &str,
+        worker_id: &str,
+        progress: Option<f64>,
+        message: Option<&str>,
+    ) -> Result<Task> {
+        if let Some(p) = progress.filter(|p| !(0.0..=1.0).contains(p)) {
+            return Err(Error::invalid(format!("progress must be within [0, 1], got {p}")));
+        }
+        let binds: Binds = vec![("progress", progress.into()), ("message", message.into())];
+        owned(&mut Autocommit(&self.exec), Statement::Progress, binds, id, worker_id).await
+    }
+}
+
+async fn recover_leases<S: PgSession + ?Sized>(s: &mut S) -> Result<usize> {
+    let envelope = ErrorEnvelope::lease_expired().to_json();
+    let rows = run(s, Statement::RecoverLeases, vec![("lease_expired_error", envelope.into())]).await?;
+    if !rows.is_empty() {
+        tracing::info!(recovered = rows.len(), "recovered expired leases");
+    }
+    Ok(rows.len())
+}
+
+/// The claim draw, using the variant whose equality predicates let an index
+/// serve the claim order.
+async fn claim_draw<S: PgSession + ?Sized>(s: &mut S, req: &ClaimRequest) -> Result<Vec<Task>> {
+    let one_queue = match req.queues.as_slice() {
+        [q] => Some(q.as_str()),
+        _ => None,
+    };
+    let one_name = match req.names.as_deref() {
+        Some([n]) => Some(n.as_str()),
+        _ => None,
+    };
+    let mut binds: Binds = vec![
+        ("worker_id", req.worker_id.as_str().into()),
+        ("lease_ms", req.lease_ms.into()),
+        ("limit", req.limit.into()),
+    ];
+    let stmt = match (one_queue, one_name) {
+        (Some(q), Some(n)) => {
+            binds.extend([("queue", q.into()), ("name", n.into())]);
+            Statement::ClaimOneQueueOneName
+        }
+        (Some(q), None) => {
+            binds.extend([("queue", q.into()), ("names", req.names.clone().into())]);
+            Statement::ClaimOneQueue
+        }
+        (None, Some(n)) => {
+            binds.extend([("queues", req.queues.clone().into()), ("name", n.into())]);
+            Statement::ClaimOneName
+        }
+        (None, None) => {
+            binds.extend([("queues", req.queues.clone().into()), ("names", req.names.clone().into())]);
+            Statement::Claim
+        }
+    };
+    tasks(s, stmt, binds).await
+}

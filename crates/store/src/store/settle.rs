@@ -1,0 +1,233 @@
+//! Settlement: complete, fail and release, one by one or in a batch.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value as Json;
+use waymark_protocol::Statement;
+
+use super::{finish, owned, Store};
+use crate::error::{Error, Result};
+use crate::executor::{Autocommit, Lane, PgExecutor, PgSession};
+use crate::options::{non_empty, Failure};
+use crate::statements::{run, Binds};
+use crate::task::{status, text, Settled, Task};
+use crate::value::Value;
+
+impl<E: PgExecutor> Store<E> {
+    /// Marks an owned task succeeded with `result` (a requested cancel does
+    /// not win here; workers settle with [`Store::complete`]).
+    pub async fn succeed(
+        &self,
+        id: &str,
+        worker_id: &str,
+        result: Json,
+        message: Option<&str>,
+    ) -> Result<Task> {
+        let binds: Binds = vec![("result", result.into()), ("message", message.into())];
+        owned(&mut Autocommit(&self.exec), Statement::Succeed, binds, id, worker_id).await
+    }
+
+    /// Settles an owned task: canceled if a cancel was requested, else
+    /// succeeded with `result`.
+    pub async fn complete(&self, id: &str, worker_id: &str, result: Json) -> Result<Task> {
+        complete(&mut Autocommit(&self.exec), id, worker_id, result).await
+    }
+
+    /// [`Store::complete`] inside the caller's transaction: the settlement
+    /// commits with the caller's other writes, or neither does. A lost lease
+    /// is reported before the caller commits.
+    pub async fn complete_in(
+        &self,
+        tx: &mut E::Transaction,
+        id: &str,
+        worker_id: &str,
+        result: Json,
+    ) -> Result<Task> {
+        complete(tx, id, worker_id, result).await
+    }
+
+    /// Records a failure: canceled if a cancel was requested; queued again
+    /// after `delay_ms` if retryable with attempts left; else failed.
+    pub async fn fail(&self, id: &str, worker_id: &str, failure: &Failure) -> Result<Task> {
+        fail(&mut Autocommit(&self.exec), id, worker_id, failure).await
+    }
+
+    /// Gives an owned task back (at shutdown): queued and due now, its
+    /// attempt not spent; canceled instead if a cancel was requested.
+    /// A waymark addition to the protocol (`release.sql`).
+    pub async fn release(&self, id: &str, worker_id: &str) -> Result<Task> {
+        self.release_attempt(id, worker_id, None).await
+    }
+
+    /// [`Store::release`] fenced to one claim: with `Some(n)` it gives the
+    /// task back only while it is on attempt `n` (see [`Failure::attempt`]).
+    pub async fn release_attempt(&self, id: &str, worker_id: &str, attempt: Option<i32>) -> Result<Task> {
+        let binds: Binds = vec![("attempt", attempt.into())];
+        owned(&mut Autocommit(&self.exec), Statement::Release, binds, id, worker_id).await
+    }
+
+    /// Settles several owned tasks with one commit for all: each settlement
+    /// is still ownership-checked and answered on its own (a lost lease
+    /// fails only that one). `Err` means the commit failed and none of them
+    /// is known to have committed.
+    ///
+    /// The completes of each worker go in one `complete_batch` statement;
+    /// failures run one statement each. When that makes one statement (the
+    /// usual case: one worker's completes), it runs in autocommit, with no
+    /// transaction around it.
+    pub async fn settle_batch(&self, items: &[Settlement]) -> Result<Vec<Result<Settled>>> {
+        let plan = SettlePlan::new(items)?;
+        if plan.statements() <= 1 {
+            return settle_all(&mut Autocommit(&self.exec), items, &plan).await;
+        }
+        let mut tx = self.begin(Lane::Critical).await?;
+        let out = async {
+            // Several statements: take every row lock first, in id order.
+            let mut ids: Vec<String> = items.iter().map(|s| s.task_id().to_owned()).collect();
+            ids.sort();
+            ids.dedup();
+            run(&mut tx, Statement::LockTasks, vec![("ids", ids.into())]).await?;
+            settle_all(&mut tx, items, &plan).await
+        }
+        .await;
+        finish(tx, out, "settle").await
+    }
+}
+
+/// One settlement of [`Store::settle_batch`].
+#[derive(Debug, Clone)]
+pub enum Settlement {
+    /// As [`Store::complete`].
+    Complete {
+        /// The task.
+        id: String,
+        /// The owning worker.
+        worker_id: String,
+        /// The handler's result.
+        result: Json,
+    },
+    /// As [`Store::fail`].
+    Fail {
+        /// The task.
+        id: String,
+        /// The owning worker.
+        worker_id: String,
+        /// The failure.
+        failure: Failure,
+    },
+}
+
+impl Settlement {
+    /// The task this settlement is for.
+    pub fn task_id(&self) -> &str {
+        match self {
+            Settlement::Complete { id, .. } | Settlement::Fail { id, .. } => id,
+        }
+    }
+}
+
+/// The completes of a settlement batch grouped by worker (one statement
+/// each), checked before anything is sent.
+struct SettlePlan<'a> {
+    completes: BTreeMap<&'a str, Vec<usize>>,
+    fails: usize,
+}
+
+impl<'a> SettlePlan<'a> {
+    fn new(items: &'a [Settlement]) -> Result<Self> {
+        let mut completes: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        let mut fails = 0;
+        for (i, item) in items.iter().enumerate() {
+            match item {
+                Settlement::Complete { id, worker_id, .. } => {
+                    non_empty("task id", id)?;
+                    non_empty("worker_id", worker_id)?;
+                    completes.entry(worker_id.as_str()).or_default().push(i);
+                }
+                Settlement::Fail { .. } => fails += 1,
+            }
+        }
+        Ok(SettlePlan { completes, fails })
+    }
+
+    fn statements(&self) -> usize {
+        self.completes.len() + self.fails
+    }
+}
+
+async fn settle_all<S: PgSession + ?Sized>(
+    s: &mut S,
+    items: &[Settlement],
+    plan: &SettlePlan<'_>,
+) -> Result<Vec<Result<Settled>>> {
+    let mut outcomes: Vec<Option<Result<Settled>>> = (0..items.len()).map(|_| None).collect();
+    for (&worker_id, members) in &plan.completes {
+        let mut results = serde_json::Map::new();
+        let mut ids = Vec::with_capacity(members.len());
+        for &i in members {
+            let Settlement::Complete { id, result, .. } = &items[i] else {
+                unreachable!("grouped completes")
+            };
+            // The first settlement of an id is the one that counts.
+            if !results.contains_key(id) {
+                results.insert(id.clone(), result.clone());
+                ids.push(id.clone());
+            }
+        }
+        let binds: Binds = vec![
+            ("results", Value::Jsonb(Json::Object(results))),
+            ("ids", Value::TextArray(ids)),
+            ("worker_id", worker_id.into()),
+        ];
+        let mut settled = BTreeMap::new();
+        for mut row in run(s, Statement::CompleteBatch, binds).await? {
+            let id = text(&mut row, "id")?;
+            settled.insert(id.clone(), Settled { id, status: status(&mut row, "status")? });
+        }
+        for &i in members {
+            let Settlement::Complete { id, .. } = &items[i] else { unreachable!("grouped completes") };
+            // A duplicate id finds its row taken by the first: a lost lease.
+            outcomes[i] =
+                Some(settled.remove(id).ok_or_else(|| Error::LostLease {
+                    task_id: id.clone(),
+                    worker_id: worker_id.to_owned(),
+                }));
+        }
+    }
+    for (i, item) in items.iter().enumerate() {
+        if let Settlement::Fail { id, worker_id, failure } = item {
+            let out = fail(s, id, worker_id, failure).await;
+            // A lost lease or a bad argument answers that one settlement; any
+            // other error has aborted the transaction.
+            if let Err(e) = &out {
+                if !e.is_lost_lease() && !matches!(e, Error::InvalidArgument(_)) {
+                    return Err(out.unwrap_err());
+                }
+            }
+            outcomes[i] = Some(out.map(|t| Settled::from(&t)));
+        }
+    }
+    Ok(outcomes.into_iter().map(|o| o.expect("every settlement answered")).collect())
+}
+
+pub(super) async fn fail<S: PgSession + ?Sized>(
+    s: &mut S,
+    id: &str,
+    worker_id: &str,
+    failure: &Failure,
+) -> Result<Task> {
+    if failure.delay_ms < 0 {
+        return Err(Error::invalid(format!("delay_ms must not be negative, got {}", failure.delay_ms)));
+    }
+    let binds: Binds = vec![
+        ("retryable", failure.retryable.into()),
+        ("error", failure.error.clone().into()),
+        ("delay_ms", failure.delay_ms.into()),
+        ("attempt", failure.attempt.into()),
+    ];
+    owned(s, Statement::Fail, binds, id, worker_id).await
+}
+
+async fn complete<S: PgSession + ?Sized>(s: &mut S, id: &str, worker_id: &str, result: Json) -> Result<Task> {
+    owned(s, Statement::Complete, vec![("result", result.into())], id, worker_id).await
+}

@@ -1,0 +1,239 @@
+//! Submitting: one task, keyed or not, and batches.
+
+use serde_json::Value as Json;
+use waymark_protocol::Statement;
+
+use super::reads::cancel;
+use super::{finish, task_opt, Store};
+use crate::error::{Error, Result};
+use crate::executor::{Autocommit, Lane, PgExecutor, PgSession};
+use crate::id::new_task_id;
+use crate::options::{Conflict, NewTask};
+use crate::statements::{run, run_opt, Binds};
+use crate::task::{int8, opt_text, Task, TaskStatus};
+use crate::value::Value;
+
+impl<E: PgExecutor> Store<E> {
+    /// Submits a task. With a key, the whole decision (reuse, reject, replace)
+    /// happens in one transaction under the key's advisory lock.
+    pub async fn submit(&self, task: NewTask) -> Result<Task> {
+        task.validate()?;
+        if task.key.is_none() {
+            let id = new_task_id();
+            return match insert(&mut Autocommit(&self.exec), &task, &id).await {
+                // The executor resent an insert whose first run committed
+                // (the connection was lost before the answer): the id is ours,
+                // so the row there is this submit's task, not a second one.
+                Err(e) if e.sqlstate() == Some("23505") => self.fetch(&id).await,
+                other => other,
+            };
+        }
+        let mut tx = self.begin(Lane::Ordinary).await?;
+        let out = submit_keyed(&mut tx, &task).await;
+        finish(tx, out, "submit").await
+    }
+
+    /// Submits many tasks in one statement and one commit, and returns
+    /// their ids in the order given (read a task back with [`Store::get`]).
+    /// Keyed tasks are refused (each key needs its own lock and check:
+    /// submit those one by one). At most 10,000 tasks per call.
+    ///
+    /// The tasks are taken by value: their payloads and names move into the
+    /// statement's arrays instead of being copied (a batch of small tasks
+    /// spends most of its client time on copies).
+    pub async fn submit_batch(&self, tasks: impl IntoIterator<Item = NewTask>) -> Result<Vec<String>> {
+        let batch = Batch::new(tasks)?;
+        if batch.ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = batch.ids.clone();
+        match insert_batch(&mut Autocommit(&self.exec), batch).await {
+            Ok(()) => Ok(ids),
+            // Resent after its commit (see `submit`): the ids are ours and
+            // the insert is one statement, so if one row is there, all are.
+            Err(e) if e.sqlstate() == Some("23505") => {
+                self.fetch(&ids[0]).await?;
+                Ok(ids)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Store::submit_batch`] inside the caller's transaction.
+    pub async fn submit_batch_in(
+        &self,
+        tx: &mut E::Transaction,
+        tasks: impl IntoIterator<Item = NewTask>,
+    ) -> Result<Vec<String>> {
+        let batch = Batch::new(tasks)?;
+        if batch.ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = batch.ids.clone();
+        insert_batch(tx, batch).await?;
+        Ok(ids)
+    }
+
+    /// Submits a task inside the caller's transaction: it exists only if the
+    /// caller commits.
+    pub async fn submit_in(&self, tx: &mut E::Transaction, task: NewTask) -> Result<Task> {
+        task.validate()?;
+        if task.key.is_none() {
+            insert(tx, &task, &new_task_id()).await
+        } else {
+            submit_keyed(tx, &task).await
+        }
+    }
+}
+
+async fn insert<S: PgSession + ?Sized>(s: &mut S, t: &NewTask, id: &str) -> Result<Task> {
+    let root_id = t.root_id.clone().unwrap_or_else(|| id.to_owned());
+    let binds: Binds = vec![
+        ("id", id.into()),
+        ("name", t.name.as_str().into()),
+        ("queue", t.queue.as_str().into()),
+        ("payload", t.payload.clone().into()),
+        ("metadata", t.metadata.clone().into()),
+        ("max_attempts", t.max_attempts.into()),
+        ("priority", t.priority.into()),
+        ("delay_ms", t.delay_ms.into()),
+        ("parent_id", t.parent_id.as_deref().into()),
+        ("root_id", root_id.into()),
+        ("correlation_id", t.correlation_id.as_deref().into()),
+    ];
+    task_opt(s, Statement::InsertTask, binds)
+        .await?
+        .ok_or_else(|| Error::Decode("insert_task returned no row".to_owned()))
+}
+
+/// Most tasks in one batched submit.
+const MAX_BATCH: usize = 10_000;
+
+/// Validates a batch and makes its ids and its JSON rows.
+/// A batched submit's columns, one array each, checked and with fresh ids.
+struct Batch {
+    ids: Vec<String>,
+    names: Vec<String>,
+    queues: Vec<String>,
+    payloads: Vec<Json>,
+    metadata: Vec<Json>,
+    max_attempts: Vec<i32>,
+    priorities: Vec<i32>,
+    delays_ms: Vec<i64>,
+    parent_ids: Vec<Option<String>>,
+    root_ids: Vec<Option<String>>,
+    correlation_ids: Vec<Option<String>>,
+}
+
+impl Batch {
+    fn new(tasks: impl IntoIterator<Item = NewTask>) -> Result<Batch> {
+        let tasks: Vec<NewTask> = tasks.into_iter().collect();
+        if tasks.len() > MAX_BATCH {
+            return Err(Error::invalid(format!(
+                "a batch holds at most {MAX_BATCH} tasks, got {}",
+                tasks.len()
+            )));
+        }
+        let n = tasks.len();
+        let mut b = Batch {
+            ids: Vec::with_capacity(n),
+            names: Vec::with_capacity(n),
+            queues: Vec::with_capacity(n),
+            payloads: Vec::with_capacity(n),
+            metadata: Vec::with_capacity(n),
+            max_attempts: Vec::with_capacity(n),
+            priorities: Vec::with_capacity(n),
+            delays_ms: Vec::with_capacity(n),
+            parent_ids: Vec::with_capacity(n),
+            root_ids: Vec::with_capacity(n),
+            correlation_ids: Vec::with_capacity(n),
+        };
+        for (i, t) in tasks.into_iter().enumerate() {
+            t.validate().map_err(|e| match e {
+                Error::InvalidArgument(why) => Error::invalid(format!("task {i} of the batch: {why}")),
+                other => other,
+            })?;
+            if t.key.is_some() {
+                return Err(Error::invalid(format!(
+                    "task {i} of the batch has a key; keyed tasks are submitted one by one"
+                )));
+            }
+            b.ids.push(new_task_id());
+            b.names.push(t.name);
+            b.queues.push(t.queue);
+            b.payloads.push(t.payload);
+            b.metadata.push(t.metadata);
+            b.max_attempts.push(t.max_attempts);
+            b.priorities.push(t.priority);
+            b.delays_ms.push(t.delay_ms);
+            b.parent_ids.push(t.parent_id);
+            // NULL: the statement makes a top-level task its own root.
+            b.root_ids.push(t.root_id);
+            b.correlation_ids.push(t.correlation_id);
+        }
+        Ok(b)
+    }
+
+    fn binds(self) -> Binds {
+        vec![
+            ("ids", Value::TextArray(self.ids)),
+            ("names", Value::TextArray(self.names)),
+            ("queues", Value::TextArray(self.queues)),
+            ("payloads", Value::JsonbArray(self.payloads)),
+            ("metadata", Value::JsonbArray(self.metadata)),
+            ("max_attempts", Value::Int4Array(self.max_attempts)),
+            ("priorities", Value::Int4Array(self.priorities)),
+            ("delays_ms", Value::Int8Array(self.delays_ms)),
+            ("parent_ids", Value::NullableTextArray(self.parent_ids)),
+            ("root_ids", Value::NullableTextArray(self.root_ids)),
+            ("correlation_ids", Value::NullableTextArray(self.correlation_ids)),
+        ]
+    }
+}
+
+/// Runs a batched insert and checks that every row went in.
+async fn insert_batch<S: PgSession + ?Sized>(s: &mut S, batch: Batch) -> Result<()> {
+    let expected = batch.ids.len();
+    let inserted = match run_opt(s, Statement::InsertTaskBatch, batch.binds()).await? {
+        Some(mut row) => int8(&mut row, "inserted")?,
+        None => 0,
+    };
+    if inserted != expected as i64 {
+        return Err(Error::Decode(format!("a batched submit of {expected} tasks inserted {inserted} rows")));
+    }
+    Ok(())
+}
+
+async fn submit_keyed<S: PgSession + ?Sized>(s: &mut S, t: &NewTask) -> Result<Task> {
+    let key = t.key.as_deref().unwrap_or_default();
+    let existing = match key_target(s, key).await? {
+        Some(id) => task_opt(s, Statement::Get, vec![("id", id.into())]).await?,
+        None => None,
+    };
+    if let Some(current) = existing {
+        let live = !current.status.is_terminal();
+        match t.conflict {
+            Conflict::Reject => {
+                return Err(Error::AlreadyExists { key: key.to_owned(), task_id: current.id });
+            }
+            Conflict::Reuse | Conflict::ReuseSucceeded if live => return Ok(current),
+            Conflict::ReuseSucceeded if current.status == TaskStatus::Succeeded => return Ok(current),
+            _ if live => {
+                cancel(s, &current.id).await?;
+            }
+            _ => {}
+        }
+    }
+    let task = insert(s, t, &new_task_id()).await?;
+    run(s, Statement::UpsertKey, vec![("key", key.into()), ("task_id", task.id.as_str().into())]).await?;
+    Ok(task)
+}
+
+/// Takes the key's transaction lock and returns the task id it names.
+pub(super) async fn key_target<S: PgSession + ?Sized>(s: &mut S, key: &str) -> Result<Option<String>> {
+    run(s, Statement::LockKey, vec![("key", key.into())]).await?;
+    match run_opt(s, Statement::GetKey, vec![("key", key.into())]).await? {
+        Some(mut row) => opt_text(&mut row, "task_id"),
+        None => Ok(None),
+    }
+}

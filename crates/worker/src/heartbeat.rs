@@ -1,0 +1,53 @@
+//! The heartbeat loop: renews every held lease in one statement per tick.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use waymark_store::PgExecutor;
+
+use crate::context::{CancelReason, Running};
+use crate::worker::Shared;
+
+/// Renews every unsettled lease with one statement per interval; a task
+/// missing from the answer lost its lease, a cancel request fires its token.
+pub(crate) async fn heartbeat_loop<E: PgExecutor + 'static>(shared: Arc<Shared<E>>) {
+    let mut tick = tokio::time::interval(shared.settings.heartbeat);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await; // the first tick is immediate; claims are fresh
+    loop {
+        tick.tick().await;
+        #[cfg(feature = "test-hooks")]
+        if shared.state.heartbeats_paused.load(std::sync::atomic::Ordering::SeqCst) {
+            continue;
+        }
+        let held: Vec<Arc<Running>> = shared
+            .state
+            .running
+            .lock()
+            .expect("running lock")
+            .values()
+            .filter(|r| !r.is_lost())
+            .cloned()
+            .collect();
+        if held.is_empty() {
+            continue;
+        }
+        let ids: Vec<String> = held.iter().map(|r| r.id.clone()).collect();
+        match shared.store.heartbeat_batch(&ids, &shared.settings.worker_id, shared.settings.lease_ms).await {
+            Ok(beats) => {
+                let owned: HashMap<&str, Option<i64>> =
+                    beats.iter().map(|b| (b.id.as_str(), b.cancel_requested_at_ms)).collect();
+                for r in &held {
+                    match owned.get(r.id.as_str()) {
+                        // A settlement committed meanwhile also leaves the
+                        // answer; marking it lost then changes nothing.
+                        None if !r.is_settled() => r.mark_lost(),
+                        Some(Some(_)) => r.cancel(CancelReason::Requested),
+                        _ => {}
+                    }
+                }
+            }
+            Err(e) => shared.report("heartbeat", e),
+        }
+    }
+}

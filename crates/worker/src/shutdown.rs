@@ -1,0 +1,98 @@
+//! Graceful shutdown: grace, tokens, a bound past stuck handlers, and
+//! the releases of what was stopped.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
+use waymark_store::PgExecutor;
+
+use crate::context::{CancelReason, Running};
+use crate::run::{passing, while_passing, STOP_GRACE};
+use crate::worker::Shared;
+
+/// How long shutdown waits, after the stop grace, for runs that are
+/// finishing a settlement, before it stops waiting for them.
+pub(crate) const SETTLE_BOUND: Duration = Duration::from_secs(2);
+
+/// Stop claiming (done by the caller), let handlers finish within the
+/// grace period, then fire the tokens of the rest and give their tasks back.
+/// Ends within the grace plus [`STOP_GRACE`], [`SETTLE_BOUND`] and the
+/// releases, even when a handler is stuck in blocking code. Such a run's
+/// task is not given back (another worker would start it while this one
+/// still runs it): it is left to its lease, which is no longer renewed.
+pub(crate) async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &mut JoinSet<()>) {
+    let grace = tokio::time::timeout(shared.settings.shutdown_grace, async {
+        while runs.join_next().await.is_some() {}
+    });
+    if grace.await.is_ok() {
+        return;
+    }
+    // Past the grace first, so that a run answering its token keeps its
+    // entry (and its lease renewed) until shutdown gives its task back.
+    shared.state.past_grace.send_replace(true);
+    let left: Vec<Arc<Running>> =
+        shared.state.running.lock().expect("running lock").values().cloned().collect();
+    for r in &left {
+        r.cancel(CancelReason::Shutdown);
+    }
+    // A run that answers its token, or is dropped after STOP_GRACE, ends
+    // here; one already settling gets a moment to hear its answer.
+    let ended =
+        tokio::time::timeout(STOP_GRACE + SETTLE_BOUND, async { while runs.join_next().await.is_some() {} })
+            .await
+            .is_ok();
+    if !ended {
+        // Blocking code never yields, so it cannot be aborted or awaited.
+        // An aborted run that does yield ends at once; wait a moment for
+        // those, and leave the rest behind.
+        runs.abort_all();
+        let _ = tokio::time::timeout(Duration::from_millis(100), async {
+            while runs.join_next().await.is_some() {}
+        })
+        .await;
+    }
+    // A run not stuck may still be waiting for a thread (one the stuck run
+    // holds): aborted, it can never run its handler again, so its task is
+    // safe to give back.
+    let (stuck, done): (Vec<_>, Vec<_>) = left.into_iter().partition(|r| r.is_stuck());
+    for r in &stuck {
+        tracing::warn!(task = %r.id, "a handler is stuck in blocking code at shutdown; its task returns when its lease expires");
+    }
+    if !runs.is_empty() {
+        runs.detach_all();
+    }
+    let give_back: Vec<Arc<Running>> =
+        done.into_iter().filter(|r| !r.is_lost() && r.take_settlement()).collect();
+    {
+        // The heartbeat renews what the map holds: the tasks being given
+        // back, while their releases are retried; not the stuck runs',
+        // whose leases run out.
+        let mut map = shared.state.running.lock().expect("running lock");
+        map.clear();
+        map.extend(give_back.iter().map(|r| (r.id.clone(), r.clone())));
+    }
+    futures::future::join_all(give_back.iter().map(|r| release(shared, r))).await;
+    shared.state.running.lock().expect("running lock").clear();
+}
+
+/// Gives one task back, trying again on passing failures while its lease
+/// lasts (the heartbeat loop keeps renewing it meanwhile). What cannot be
+/// given back is reported and left to lease expiry.
+pub(crate) async fn release<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r: &Running) {
+    let deadline = Instant::now() + Duration::from_millis(shared.settings.lease_ms as u64);
+    let again = || shared.store.release_attempt(&r.id, &shared.settings.worker_id, Some(r.attempt));
+    let first = again().await;
+    let resent = first.as_ref().is_err_and(passing);
+    match while_passing(first, deadline, || r.is_lost(), &r.id, again).await {
+        Ok(_) => {
+            shared.state.settled.fetch_add(1, Ordering::Relaxed);
+        }
+        // A resend finds the task gone when the first try had committed.
+        Err(e) if e.is_lost_lease() && resent => {
+            tracing::debug!(task = %r.id, "a resent release found the task given back already");
+        }
+        Err(e) => shared.report(format!("release {} at shutdown (left to its lease)", r.id), e),
+    }
+}

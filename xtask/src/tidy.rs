@@ -1,0 +1,298 @@
+//! `cargo xtask tidy`: the rules a build cannot check.
+//!
+//! - SQL lives in `protocol-sql/` only. Outside it, SQL text may appear in
+//!   tests (`tests/`, and `#[cfg(test)]` code, which by this project's
+//!   habit ends each file) and in the bench's raw-SQL baseline; the words of
+//!   transaction control (`begin`, `commit`, `rollback`) belong to the
+//!   executors. Anything else that reads as a statement is reported.
+//! - Crates depend on each other as the "Layering" list of
+//!   `docs/architecture.md` says, and on no other waymark crate.
+//!
+//! Both run as unit tests of xtask, so `cargo xtask test` keeps them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Files that may hold SQL text although they are not tests.
+const SQL_ALLOWED: &[&str] = &["xtask/src/bench/baseline.rs"];
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    if !args.is_empty() {
+        return Err("tidy takes no arguments".to_owned());
+    }
+    let root = crate::workspace_root();
+    let mut problems = sql_outside_protocol(&root)?;
+    problems.extend(layering(&root)?);
+    if problems.is_empty() {
+        println!("tidy: SQL only in protocol-sql/, and the crates layered as docs/architecture.md says");
+        return Ok(());
+    }
+    for p in &problems {
+        println!("tidy: {p}");
+    }
+    Err(format!("tidy: {} problem(s), listed above", problems.len()))
+}
+
+/// Every string literal outside tests that reads as SQL, as `path:line: text`.
+pub fn sql_outside_protocol(root: &Path) -> Result<Vec<String>, String> {
+    let mut found = Vec::new();
+    for file in rust_sources(root)? {
+        let rel = file.strip_prefix(root).unwrap_or(&file).to_string_lossy().replace('\\', "/");
+        if rel.starts_with("crates/protocol/") || SQL_ALLOWED.contains(&rel.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).map_err(|e| format!("{rel}: {e}"))?;
+        for (line, literal) in sql_literals(&text) {
+            found.push(format!("{rel}:{line}: SQL outside protocol-sql/: {literal:?}"));
+        }
+    }
+    Ok(found)
+}
+
+/// The `.rs` files under `crates/*/src` and `xtask/src`.
+fn rust_sources(root: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut dirs: Vec<PathBuf> = vec![root.join("xtask/src")];
+    let crates = std::fs::read_dir(root.join("crates")).map_err(|e| format!("crates/: {e}"))?;
+    for entry in crates.flatten() {
+        dirs.push(entry.path().join("src"));
+    }
+    let mut files = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// The string literals of `source` that read as SQL, with their line
+/// numbers; code from the first `#[cfg(test)]` on is a test and skipped.
+fn sql_literals(source: &str) -> Vec<(usize, String)> {
+    let code = source.split("#[cfg(test)]").next().unwrap_or(source);
+    let mut out = Vec::new();
+    for (n, line) in code.lines().enumerate() {
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        for literal in string_literals(line) {
+            if reads_as_sql(&literal) {
+                out.push((n + 1, literal));
+            }
+        }
+    }
+    out
+}
+
+/// The contents of the plain `"..."` literals on one line.
+fn string_literals(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\'' {
+            // A char literal such as '"': skip it whole.
+            let rest: String = chars.clone().take(3).collect();
+            if rest.starts_with("\"'") || rest.starts_with("\\\"'") {
+                chars.nth(if rest.starts_with('\\') { 2 } else { 1 });
+            }
+            continue;
+        }
+        if c != '"' {
+            continue;
+        }
+        let mut literal = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some(escaped) = chars.next() {
+                        literal.push(escaped);
+                    }
+                }
+                '"' => break,
+                c => literal.push(c),
+            }
+        }
+        out.push(literal);
+    }
+    out
+}
+
+/// Whether a literal has the shape of a statement, not of a message that
+/// merely starts with an SQL word ("listen failed; ...").
+fn reads_as_sql(literal: &str) -> bool {
+    let lower = literal.trim().to_ascii_lowercase();
+    let words: Vec<&str> = lower.split_whitespace().collect();
+    let (Some(&first), second) = (words.first(), words.get(1).copied().unwrap_or("")) else { return false };
+    let has = |w: &str| words.contains(&w);
+    match first {
+        "select" => {
+            has("from")
+                || second.starts_with('$')
+                || second.starts_with("pg_")
+                || second == "*"
+                || second.chars().all(|c| c.is_ascii_digit())
+        }
+        "insert" => second == "into",
+        "update" => words.get(2) == Some(&"set"),
+        "delete" => second == "from",
+        "create" | "drop" | "alter" => matches!(
+            second,
+            "table"
+                | "index"
+                | "unique"
+                | "schema"
+                | "database"
+                | "extension"
+                | "function"
+                | "trigger"
+                | "type"
+                | "view"
+                | "role"
+                | "or"
+                | "sequence"
+        ),
+        "truncate" => second == "table" || words.len() == 2,
+        "copy" => has("from") || has("to"),
+        "listen" | "unlisten" | "notify" => {
+            words.len() <= 2 && (second == "*" || second.starts_with('"') || second.ends_with(';'))
+                || lower.contains("pg_notify(")
+        }
+        "set" | "show" | "reset" => {
+            words.len() <= 4
+                && matches!(
+                    second.trim_end_matches(';'),
+                    "search_path"
+                        | "lock_timeout"
+                        | "statement_timeout"
+                        | "local"
+                        | "session"
+                        | "synchronous_commit"
+                        | "all"
+                        | "role"
+                )
+        }
+        "with" => has("as") && (has("select") || has("insert") || has("update") || has("delete")),
+        "explain" | "analyze" | "vacuum" => words.len() >= 2 && !lower.contains(": "),
+        _ => false,
+    }
+}
+
+/// What the "Layering" list of docs/architecture.md allows each crate.
+fn allowed_layers(root: &Path) -> Result<BTreeMap<String, BTreeSet<String>>, String> {
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md"))
+        .map_err(|e| format!("docs/architecture.md: {e}"))?;
+    let section =
+        doc.split("\n## Layering\n").nth(1).ok_or("docs/architecture.md has no \"## Layering\" section")?;
+    let mut allowed = BTreeMap::new();
+    for line in section.lines().take_while(|l| !l.starts_with("## ")) {
+        let Some(entry) = line.strip_prefix("- `") else { continue };
+        let Some((krate, deps)) = entry.split_once("`:") else { continue };
+        let deps = deps
+            .split(',')
+            .map(|d| d.trim().trim_end_matches('.').trim_matches('`').to_owned())
+            .filter(|d| d.starts_with("waymark"))
+            .collect();
+        allowed.insert(krate.to_owned(), deps);
+    }
+    if allowed.is_empty() {
+        return Err("docs/architecture.md's Layering section lists no crate".to_owned());
+    }
+    Ok(allowed)
+}
+
+/// Each dependency of a workspace crate on another waymark crate that the
+/// Layering list does not allow, and each crate the list does not name.
+pub fn layering(root: &Path) -> Result<Vec<String>, String> {
+    let allowed = allowed_layers(root)?;
+    let mut problems = Vec::new();
+    let crates = std::fs::read_dir(root.join("crates")).map_err(|e| format!("crates/: {e}"))?;
+    let mut manifests: Vec<PathBuf> = crates.flatten().map(|e| e.path().join("Cargo.toml")).collect();
+    manifests.sort();
+    for manifest in manifests {
+        let text = std::fs::read_to_string(&manifest).map_err(|e| format!("{}: {e}", manifest.display()))?;
+        let (name, deps) = waymark_dependencies(&text);
+        let Some(may) = allowed.get(&name) else {
+            problems.push(format!("crate {name} is not in docs/architecture.md's Layering list"));
+            continue;
+        };
+        for dep in deps.iter().filter(|d| !may.contains(*d)) {
+            problems.push(format!("{name} depends on {dep}, which the Layering list does not allow it"));
+        }
+    }
+    Ok(problems)
+}
+
+/// A manifest's package name and its `[dependencies]` on waymark crates
+/// (dev-dependencies are tests').
+fn waymark_dependencies(manifest: &str) -> (String, Vec<String>) {
+    let mut name = String::new();
+    let mut deps = Vec::new();
+    let mut section = "";
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line;
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else { continue };
+        let key = key.trim();
+        if section == "[package]" && key == "name" {
+            name = value.trim().trim_matches('"').to_owned();
+        } else if section == "[dependencies]" && key.starts_with("waymark") {
+            deps.push(key.split('.').next().unwrap_or(key).to_owned());
+        }
+    }
+    (name, deps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_workspace_is_tidy() {
+        let root = crate::workspace_root();
+        assert_eq!(sql_outside_protocol(&root).unwrap(), Vec::<String>::new());
+        assert_eq!(layering(&root).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn statements_are_found_and_messages_are_not() {
+        let source = r#"
+fn f() {
+    client.batch_execute("select 1");
+    client.query("SELECT id FROM cairnq_tasks WHERE id = $1", &[]);
+    let s = "update cairnq_tasks set status = 'queued'";
+    let l = "listen \"cairnq_queued\";";
+    let n = "select pg_notify($1, $2)";
+    tracing::warn!("listen failed; waits poll until it comes back");
+    let e = "lock timeout in submit: another transaction held the lock";
+    let t = "commit";
+    // "select * from ignored_in_a_comment"
+}
+#[cfg(test)]
+mod tests { const Q: &str = "delete from t"; }
+"#;
+        let lines: Vec<usize> = sql_literals(source).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(lines, [3, 4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn a_dependency_outside_the_layering_is_named() {
+        let (name, deps) = waymark_dependencies(
+            "[package]\nname = \"waymark-dialect\"\n\n[dependencies]\nwaymark-store.workspace = true\n\
+             thiserror.workspace = true\n\n[dev-dependencies]\nwaymark-protocol.workspace = true\n",
+        );
+        assert_eq!(
+            (name.as_str(), deps.as_slice()),
+            ("waymark-dialect", ["waymark-store".to_owned()].as_slice())
+        );
+        let allowed = allowed_layers(&crate::workspace_root()).unwrap();
+        assert!(!allowed["waymark-dialect"].contains("waymark-store"), "dialect sits below the store");
+    }
+}
