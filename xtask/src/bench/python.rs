@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use super::measure::Round;
-use super::{backlog, fresh, Row};
+use super::scenarios::{backlog, fresh};
+use super::Row;
 
 pub const SYSTEM: &str = "cairnq-py";
 

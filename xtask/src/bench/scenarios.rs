@@ -1,0 +1,340 @@
+//! The scenarios, each waymark beside the raw-SQL baseline: enqueue one by
+//! one and in batches, drain, pickup latency, and a mixed load.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use waymark_pool::PgPool;
+use waymark_store::{ConnectOptions, NewTask, Store};
+use waymark_worker::Worker;
+
+use super::measure::{CpuClock, Round, Stamps};
+use super::{
+    baseline, chart, python, rounds, RoundFn, Row, BATCH, DRAIN_SETTINGS, LATENCY_TASKS, MIXED_FOR, TASKS,
+};
+
+/// A fresh database with waymark's tables, and a store on it. Both systems
+/// talk plain TCP: the baseline has no TLS, and a server with `ssl = on`
+/// would otherwise encrypt waymark's traffic under the default `prefer`.
+pub(super) async fn fresh(server: &str, name: &str) -> Result<(String, Arc<Store<PgPool>>), String> {
+    let url = crate::demo::fresh_database(server, name).await?;
+    let url = format!("{url}{}sslmode=disable", if url.contains('?') { '&' } else { '?' });
+    let pool = PgPool::builder(&url).max_size(16).build().map_err(|e| e.to_string())?;
+    let store = Store::connect(pool, ConnectOptions::default()).await.map_err(|e| e.to_string())?;
+    Ok((url, Arc::new(store)))
+}
+
+pub(super) async fn enqueue_single(server: &str, producers: usize, n: usize) -> Result<Vec<Row>, String> {
+    let detail = format!("{producers} producer(s), one per call");
+    let mut rows = vec![
+        Row::new("waymark", "enqueue-single", &detail),
+        Row::new(baseline::SYSTEM, "enqueue-single", &detail),
+    ];
+    let waymark: RoundFn<'_> = Box::new(|| {
+        Box::pin(async move {
+            let (_, store) = fresh(server, "waymark_bench_enqueue").await?;
+            let clock = CpuClock::start();
+            let mut joins = Vec::new();
+            for p in 0..producers {
+                let store = store.clone();
+                joins.push(tokio::spawn(async move {
+                    for i in (p..TASKS).step_by(producers) {
+                        store
+                            .submit(NewTask::new("bench.noop", json!({ "n": i })).queue("bench"))
+                            .await
+                            .map_err(|e| e.to_string())?;
+                    }
+                    Ok::<_, String>(())
+                }));
+            }
+            for j in joins {
+                j.await.map_err(|e| e.to_string())??;
+            }
+            Ok(clock.round(TASKS))
+        })
+    });
+    let raw: RoundFn<'_> = Box::new(|| {
+        Box::pin(async move {
+            let (url, _store) = fresh(server, "waymark_bench_enqueue").await?;
+            let mut clients = Vec::new();
+            for _ in 0..producers {
+                clients.push(baseline::connect(&url).await?);
+            }
+            let clock = CpuClock::start();
+            let mut joins = Vec::new();
+            for (p, client) in clients.into_iter().enumerate() {
+                joins.push(tokio::spawn(async move {
+                    for i in (p..TASKS).step_by(producers) {
+                        let id = waymark_store::new_task_id();
+                        baseline::insert_one(&client, &id, "bench.noop", "raw", &json!({ "n": i })).await?;
+                    }
+                    Ok::<_, String>(())
+                }));
+            }
+            for j in joins {
+                j.await.map_err(|e| e.to_string())??;
+            }
+            Ok(clock.round(TASKS))
+        })
+    });
+    rounds(n, &mut rows, &[waymark, raw]).await?;
+    Ok(rows)
+}
+
+pub(super) async fn enqueue_batch(server: &str, n: usize) -> Result<Vec<Row>, String> {
+    let detail = format!("1 producer, {BATCH} per statement");
+    let mut rows = vec![
+        Row::new("waymark", "enqueue-batch", &detail),
+        Row::new(baseline::SYSTEM, "enqueue-batch", &detail),
+    ];
+    let waymark: RoundFn<'_> = Box::new(|| {
+        Box::pin(async move {
+            let (_, store) = fresh(server, "waymark_bench_batch").await?;
+            let clock = CpuClock::start();
+            backlog(&store, "bench", TASKS).await?;
+            Ok(clock.round(TASKS))
+        })
+    });
+    let raw: RoundFn<'_> = Box::new(|| {
+        Box::pin(async move {
+            let (url, _store) = fresh(server, "waymark_bench_batch").await?;
+            let client = baseline::connect(&url).await?;
+            let clock = CpuClock::start();
+            for chunk in (0..TASKS).collect::<Vec<_>>().chunks(BATCH) {
+                let ids: Vec<String> = chunk.iter().map(|_| waymark_store::new_task_id()).collect();
+                let payloads: Vec<serde_json::Value> = chunk.iter().map(|i| json!({ "n": i })).collect();
+                baseline::insert_many(&client, &ids, "bench.noop", "raw", &payloads).await?;
+            }
+            Ok(clock.round(TASKS))
+        })
+    });
+    rounds(n, &mut rows, &[waymark, raw]).await?;
+    Ok(rows)
+}
+
+/// Fills `queue` with `n` no-op tasks, in batches.
+pub(super) async fn backlog(store: &Store<PgPool>, queue: &str, n: usize) -> Result<(), String> {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(BATCH) {
+        let batch: Vec<NewTask> =
+            chunk.iter().map(|i| NewTask::new("bench.noop", json!({ "n": i })).queue(queue)).collect();
+        store.submit_batch(batch).await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+pub(super) fn worker(
+    store: &Arc<Store<PgPool>>,
+    queue: &str,
+    concurrency: usize,
+    settle: usize,
+    on_start: Arc<dyn Fn(&serde_json::Value) + Send + Sync>,
+) -> Result<Worker<PgPool>, String> {
+    Worker::builder(store.clone())
+        .queues([queue])
+        .concurrency(concurrency)
+        .settle_batch(settle, Duration::from_millis(2))
+        .poll_interval(Duration::from_millis(200))
+        .task("bench.noop", move |_ctx, p: serde_json::Value| {
+            on_start(&p);
+            async move { Ok(()) }
+        })
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// One waymark drain of a fresh backlog of [`TASKS`].
+pub(super) async fn waymark_drain(server: &str, concurrency: usize, settle: usize) -> Result<Round, String> {
+    let (_url, store) = fresh(server, "waymark_bench_drain").await?;
+    backlog(&store, "bench", TASKS).await?;
+    let w = worker(&store, "bench", concurrency, settle, Arc::new(|_| {}))?;
+    let handle = w.handle();
+    let clock = CpuClock::start();
+    let started = Instant::now();
+    let run = tokio::spawn(w.run());
+    while (handle.settled() as usize) < TASKS {
+        if started.elapsed() > Duration::from_secs(120) {
+            return Err("drain: waymark did not finish in 120 s".to_owned());
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let round = clock.round(TASKS);
+    handle.shutdown();
+    run.await.map_err(|e| e.to_string())?;
+    Ok(round)
+}
+
+pub(super) async fn drain(server: &str, n: usize) -> Result<Vec<Row>, String> {
+    let mut rows: Vec<Row> = DRAIN_SETTINGS
+        .iter()
+        .map(|(c, s)| Row::new("waymark", "drain", format!("concurrency {c}, settle batch {s}")))
+        .collect();
+    rows.push(Row::new(baseline::SYSTEM, "drain", "2 connections, claims of 500"));
+    let mut runs: Vec<RoundFn<'_>> = DRAIN_SETTINGS
+        .iter()
+        .map(|&(c, s)| -> RoundFn<'_> { Box::new(move || Box::pin(waymark_drain(server, c, s))) })
+        .collect();
+    runs.push(Box::new(|| {
+        Box::pin(async move {
+            let (url, store) = fresh(server, "waymark_bench_drain").await?;
+            backlog(&store, "bench", TASKS).await?;
+            let clock = CpuClock::start();
+            baseline::drain(&url, "bench", TASKS, 2, 500, Arc::new(|_| {}), None).await?;
+            Ok(clock.round(TASKS))
+        })
+    }));
+    rounds(n, &mut rows, &runs).await?;
+
+    let base = rows.pop().expect("the baseline row");
+    let tried: Vec<(String, f64)> =
+        DRAIN_SETTINGS.iter().zip(&rows).map(|((c, s), r)| (format!("{c} ({s})"), r.tasks_per_s())).collect();
+    let reference = python::drain_reference(server, TASKS).await;
+    let dir = crate::workspace_root().join("target/waymark-bench");
+    let svg = dir.join("drain.svg");
+    std::fs::create_dir_all(&dir)
+        .and_then(|_| std::fs::write(&svg, chart::drain_svg(&tried, base.tasks_per_s())))
+        .map_err(|e| format!("writing {}: {e}", svg.display()))?;
+    println!("drain: chart written to {}", svg.display());
+    for r in &rows {
+        println!("drain: waymark {} -> {:.0} tasks/s (median)", r.detail, r.tasks_per_s());
+    }
+    let best = rows
+        .into_iter()
+        .max_by(|a, b| a.tasks_per_s().total_cmp(&b.tasks_per_s()))
+        .expect("settings were tried");
+    Ok([Some(best), Some(base), reference].into_iter().flatten().collect())
+}
+
+pub(super) async fn latency(server: &str, n: usize) -> Result<Vec<Row>, String> {
+    let detail = format!("{LATENCY_TASKS} tasks, 20 ms apart, idle worker");
+    let mut rows =
+        vec![Row::new("waymark", "latency", &detail), Row::new(baseline::SYSTEM, "latency", &detail)];
+    let waymark: RoundFn<'_> = Box::new(|| {
+        Box::pin(async move {
+            let (_, store) = fresh(server, "waymark_bench_latency").await?;
+            let stamps = Arc::new(Stamps::default());
+            let w = worker(&store, "bench", 16, 64, stamps.on_start())?;
+            let handle = w.handle();
+            let run = tokio::spawn(w.run());
+            tokio::time::sleep(Duration::from_millis(500)).await; // idle, listening
+            let clock = CpuClock::start();
+            for seq in 0..LATENCY_TASKS as u64 {
+                store
+                    .submit(NewTask::new("bench.noop", json!({ "seq": seq })).queue("bench"))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                stamps.committed(seq);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let started = Instant::now();
+            while stamps.seen() < LATENCY_TASKS && started.elapsed() < Duration::from_secs(30) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let mut round = clock.round(stamps.seen());
+            round.latency_ms = stamps.samples();
+            handle.shutdown();
+            run.await.map_err(|e| e.to_string())?;
+            Ok(round)
+        })
+    });
+    let raw: RoundFn<'_> = Box::new(|| {
+        Box::pin(async move {
+            let (url, _store) = fresh(server, "waymark_bench_latency").await?;
+            let stamps = Arc::new(Stamps::default());
+            let (_listener, consumer) =
+                baseline::woken_drain(&url, LATENCY_TASKS, 1, stamps.on_start()).await?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let client = baseline::connect(&url).await?;
+            let clock = CpuClock::start();
+            for seq in 0..LATENCY_TASKS as u64 {
+                let id = waymark_store::new_task_id();
+                baseline::insert_one(&client, &id, "bench.noop", "raw", &json!({ "seq": seq })).await?;
+                stamps.committed(seq);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            consumer.await.map_err(|e| e.to_string())??;
+            let mut round = clock.round(stamps.seen());
+            round.latency_ms = stamps.samples();
+            Ok(round)
+        })
+    });
+    rounds(n, &mut rows, &[waymark, raw]).await?;
+    Ok(rows)
+}
+
+pub(super) async fn mixed(server: &str, n: usize) -> Result<Vec<Row>, String> {
+    const PRODUCERS: usize = 4;
+    let detail = format!("{PRODUCERS} producers + 1 worker, {}s", MIXED_FOR.as_secs());
+    let mut rows = vec![Row::new("waymark", "mixed", &detail), Row::new(baseline::SYSTEM, "mixed", &detail)];
+    let waymark: RoundFn<'_> = Box::new(|| {
+        Box::pin(async move {
+            let (_, store) = fresh(server, "waymark_bench_mixed").await?;
+            let stamps = Arc::new(Stamps::default());
+            let w = worker(&store, "bench", 256, 128, stamps.on_start())?;
+            let handle = w.handle();
+            let run = tokio::spawn(w.run());
+            let seq = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let clock = CpuClock::start();
+            let started = Instant::now();
+            let mut producers = Vec::new();
+            for _ in 0..PRODUCERS {
+                let (store, stamps, seq) = (store.clone(), stamps.clone(), seq.clone());
+                producers.push(tokio::spawn(async move {
+                    while started.elapsed() < MIXED_FOR {
+                        let n = seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        store
+                            .submit(NewTask::new("bench.noop", json!({ "seq": n })).queue("bench"))
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        stamps.committed(n);
+                    }
+                    Ok::<_, String>(())
+                }));
+            }
+            for p in producers {
+                p.await.map_err(|e| e.to_string())??;
+            }
+            let mut round = clock.round(handle.settled() as usize);
+            round.latency_ms = stamps.samples();
+            handle.shutdown();
+            run.await.map_err(|e| e.to_string())?;
+            Ok(round)
+        })
+    });
+    let raw: RoundFn<'_> = Box::new(|| {
+        Box::pin(async move {
+            let (url, _store) = fresh(server, "waymark_bench_mixed").await?;
+            let stamps = Arc::new(Stamps::default());
+            let total = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let mut clients = Vec::new();
+            for _ in 0..PRODUCERS {
+                clients.push(baseline::connect(&url).await?);
+            }
+            let (_listener, consumer) = baseline::woken_drain(&url, usize::MAX, 2, stamps.on_start()).await?;
+            let clock = CpuClock::start();
+            let started = Instant::now();
+            let mut producers = Vec::new();
+            for client in clients {
+                let (stamps, total) = (stamps.clone(), total.clone());
+                producers.push(tokio::spawn(async move {
+                    while started.elapsed() < MIXED_FOR {
+                        let n = total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let id = waymark_store::new_task_id();
+                        baseline::insert_one(&client, &id, "bench.noop", "raw", &json!({ "seq": n })).await?;
+                        stamps.committed(n);
+                    }
+                    Ok::<_, String>(())
+                }));
+            }
+            for p in producers {
+                p.await.map_err(|e| e.to_string())??;
+            }
+            let mut round = clock.round(stamps.seen());
+            round.latency_ms = stamps.samples();
+            consumer.abort();
+            Ok(round)
+        })
+    });
+    rounds(n, &mut rows, &[waymark, raw]).await?;
+    Ok(rows)
+}
