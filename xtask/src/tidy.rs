@@ -8,7 +8,14 @@
 //! - Crates depend on each other as the "Layering" list of
 //!   `docs/architecture.md` says, and on no other waymark crate.
 //!
-//! Both run as unit tests of xtask, so `cargo xtask test` keeps them.
+//! - No dependency declares a `rust-version` newer than the workspace's,
+//!   so the declared MSRV builds (the toolchain here is the only one that
+//!   can be fetched; clippy's `incompatible_msrv`, denied in CI, checks
+//!   waymark's own use of std against it).
+//!
+//! The first two also run as unit tests of xtask, so `cargo xtask test`
+//! keeps them; the third asks `cargo metadata`, and runs in `cargo xtask
+//! tidy` (CI runs it).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -23,8 +30,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let root = crate::workspace_root();
     let mut problems = sql_outside_protocol(&root)?;
     problems.extend(layering(&root)?);
+    let (msrv, checked, newer) = dependencies_above_msrv(&root)?;
+    problems.extend(newer);
     if problems.is_empty() {
-        println!("tidy: SQL only in protocol-sql/, and the crates layered as docs/architecture.md says");
+        println!(
+            "tidy: SQL only in protocol-sql/; the crates layered as docs/architecture.md says; \
+             none of {checked} dependencies needs a Rust newer than {msrv}"
+        );
         return Ok(());
     }
     for p in &problems {
@@ -250,6 +262,50 @@ fn waymark_dependencies(manifest: &str) -> (String, Vec<String>) {
     (name, deps)
 }
 
+/// The workspace's `rust-version`, how many dependencies were checked, and
+/// each that declares a newer one.
+fn dependencies_above_msrv(root: &Path) -> Result<(String, usize, Vec<String>), String> {
+    let manifest =
+        std::fs::read_to_string(root.join("Cargo.toml")).map_err(|e| format!("Cargo.toml: {e}"))?;
+    let msrv = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("rust-version").and_then(|r| r.trim().strip_prefix('=')))
+        .map(|v| v.trim().trim_matches('"').to_owned())
+        .ok_or("the workspace Cargo.toml declares no rust-version")?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = std::process::Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--filter-platform", "x86_64-unknown-linux-gnu"])
+        .current_dir(root)
+        .output()
+        .map_err(|e| format!("running cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let meta: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("reading cargo metadata: {e}"))?;
+    let packages = meta["packages"].as_array().ok_or("cargo metadata: no packages")?;
+    let mut newer = Vec::new();
+    for p in packages.iter().filter(|p| !p["source"].is_null()) {
+        if let Some(rv) = p["rust_version"].as_str().filter(|rv| newer_than(rv, &msrv)) {
+            newer.push(format!(
+                "{} {} needs Rust {rv}, newer than the workspace's {msrv}",
+                p["name"], p["version"]
+            ));
+        }
+    }
+    Ok((msrv, packages.len(), newer))
+}
+
+/// Whether version `a` (such as `1.90` or `1.85.1`) is newer than `b`.
+fn newer_than(a: &str, b: &str) -> bool {
+    let parts = |v: &str| -> Vec<u64> { v.split('.').map(|n| n.parse().unwrap_or(0)).collect() };
+    let (mut a, mut b) = (parts(a), parts(b));
+    let len = a.len().max(b.len());
+    a.resize(len, 0);
+    b.resize(len, 0);
+    a > b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,6 +336,15 @@ mod tests { const Q: &str = "delete from t"; }
 "#;
         let lines: Vec<usize> = sql_literals(source).into_iter().map(|(n, _)| n).collect();
         assert_eq!(lines, [3, 4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn versions_compare_part_by_part() {
+        assert!(newer_than("1.90", "1.89"));
+        assert!(newer_than("1.89.1", "1.89"));
+        assert!(!newer_than("1.89.0", "1.89"));
+        assert!(!newer_than("1.70", "1.89"));
+        assert!(newer_than("2.0", "1.89"));
     }
 
     #[test]

@@ -128,7 +128,7 @@ macro_rules! catalogue {
             fn source(self) -> &'static str {
                 match self {
                     $(Statement::$variant => include_str!(concat!(
-                        "../../../protocol-sql/statements/", $name, ".sql"
+                        "../protocol-sql/statements/", $name, ".sql"
                     )),)*
                 }
             }

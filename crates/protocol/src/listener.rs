@@ -3,11 +3,11 @@
 //! parameters, not through the store's `:name` pipeline; each file's
 //! leading comment lines are left out.
 
-const HEALTH_CHECK: &str = include_str!("../../../protocol-sql/listener/health_check.sql");
-const UNLISTEN_ALL: &str = include_str!("../../../protocol-sql/listener/unlisten_all.sql");
-const LEADER_LOCK: &str = include_str!("../../../protocol-sql/listener/leader_lock.sql");
-const LISTEN: &str = include_str!("../../../protocol-sql/listener/listen.sql");
-const PROBE_NOTIFY: &str = include_str!("../../../protocol-sql/listener/probe_notify.sql");
+const HEALTH_CHECK: &str = include_str!("../protocol-sql/listener/health_check.sql");
+const UNLISTEN_ALL: &str = include_str!("../protocol-sql/listener/unlisten_all.sql");
+const LEADER_LOCK: &str = include_str!("../protocol-sql/listener/leader_lock.sql");
+const LISTEN: &str = include_str!("../protocol-sql/listener/listen.sql");
+const PROBE_NOTIFY: &str = include_str!("../protocol-sql/listener/probe_notify.sql");
 
 /// The statement of a file, without its leading `--` comment lines.
 fn body(file: &'static str) -> &'static str {

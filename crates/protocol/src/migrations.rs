@@ -19,7 +19,7 @@ impl Migration {
 
 macro_rules! migration {
     ($file:literal) => {
-        Migration { name: $file, sql: include_str!(concat!("../../../protocol-sql/migrations/", $file)) }
+        Migration { name: $file, sql: include_str!(concat!("../protocol-sql/migrations/", $file)) }
     };
 }
 

@@ -2,8 +2,8 @@
 //! these are filled in from templates, and only with names that pass
 //! [`is_valid_schema_name`].
 
-const CREATE_SCHEMA: &str = include_str!("../../../protocol-sql/scripts/create_schema.sql");
-const SET_SEARCH_PATH: &str = include_str!("../../../protocol-sql/scripts/set_search_path.sql");
+const CREATE_SCHEMA: &str = include_str!("../protocol-sql/scripts/create_schema.sql");
+const SET_SEARCH_PATH: &str = include_str!("../protocol-sql/scripts/set_search_path.sql");
 
 /// Whether `name` matches `^[A-Za-z_][A-Za-z0-9_$]*$`, the protocol's rule for
 /// a schema name. Such a name needs no escaping inside double quotes.

@@ -7,7 +7,7 @@ use std::path::Path;
 use waymark_protocol::{migrations, Statement};
 
 fn sql_files(dir: &str) -> BTreeSet<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../protocol-sql").join(dir);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("protocol-sql").join(dir);
     std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
         .map(|entry| entry.expect("dir entry").file_name().to_string_lossy().into_owned())
