@@ -8,7 +8,7 @@ pub mod cluster;
 pub mod conformance;
 pub mod db;
 pub mod fault_executor;
-pub mod kit;
+
 pub mod pgbouncer;
 pub mod plans;
 pub mod private_cluster;

@@ -6,7 +6,7 @@ use waymark_pool::PgPool;
 use waymark_store::{ConnectOptions, NewTask, PgExecutor, Store};
 use waymark_tests::TestSchema;
 
-waymark_tests::store_contract!(waymark_tests::pool_store_prepared);
+waymark_testing::store_contract!(waymark_tests::pool_store_prepared, schema = waymark_tests::TestSchema);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statements_are_prepared_once_per_connection_and_reused() {

@@ -149,6 +149,16 @@ impl<E: PgExecutor + 'static> Worker<E> {
         &self.shared.settings.worker_id
     }
 
+    /// The store it claims from.
+    pub fn store(&self) -> &Arc<Store<E>> {
+        &self.shared.store
+    }
+
+    /// The queues it claims from.
+    pub fn queues(&self) -> &[String] {
+        &self.shared.settings.queues
+    }
+
     /// A handle to stop the worker.
     pub fn handle(&self) -> WorkerHandle {
         let (s2, s3) = (self.shared.clone(), self.shared.clone());

@@ -1,0 +1,164 @@
+//! Claiming and holding: order and due time, lease recovery, the probe,
+//! heartbeats, lost leases, progress.
+
+use std::time::Duration;
+
+use serde_json::json;
+use waymark_store::{codes, ClaimRequest, ErrorEnvelope, Failure, NewTask, PgExecutor, Store, TaskStatus};
+
+use super::claim;
+
+/// Claim order (priority, then due time), every claim shape, delayed tasks.
+pub async fn claim_order_shapes_and_due_time<E: PgExecutor>(store: &Store<E>) {
+    let low = store.submit(NewTask::new("a", json!({})).priority(-1)).await.expect("low");
+    let high = store.submit(NewTask::new("a", json!({})).priority(5)).await.expect("high");
+    let mid = store.submit(NewTask::new("b", json!({}))).await.expect("mid");
+    let later = store.submit(NewTask::new("a", json!({})).delay_ms(60_000)).await.expect("delayed");
+    let other = store.submit(NewTask::new("a", json!({})).queue("q2")).await.expect("q2");
+
+    let order: Vec<String> = [
+        store.claim(&claim("w")).await.expect("1"),
+        store.claim(&claim("w")).await.expect("2"),
+        store.claim(&claim("w")).await.expect("3"),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|t| t.id)
+    .collect();
+    assert_eq!(order, [high.id.clone(), mid.id.clone(), low.id.clone()], "priority first, then due time");
+    assert!(
+        store.claim(&claim("w").limit(10)).await.expect("none due").is_empty(),
+        "delayed task is not due"
+    );
+    assert_eq!(store.fetch(&later.id).await.expect("get").status, TaskStatus::Queued);
+
+    // one name across two queues, and several queues with names.
+    let c =
+        store.claim(&ClaimRequest::new("w", ["default", "q2"]).names(["a"]).limit(10)).await.expect("claim");
+    assert_eq!(c.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [other.id.as_str()]);
+    assert_eq!((c[0].attempt, c[0].worker_id.as_deref()), (1, Some("w")));
+    assert!(c[0].lease_until_ms.expect("lease") > c[0].updated_at_ms);
+    let more = store.submit(NewTask::new("b", json!({})).queue("q2")).await.expect("b");
+    let c =
+        store.claim(&ClaimRequest::new("w", ["default", "q2"]).names(["b", "c"]).limit(10)).await.expect("c");
+    assert_eq!(c.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [more.id.as_str()]);
+    assert!(store.claim(&claim("w").limit(0)).await.expect("limit 0").is_empty());
+    assert!(store.claim(&ClaimRequest::new("w", Vec::<String>::new())).await.expect("no queues").is_empty());
+}
+
+/// recover_leases requeues, fails (with the lease_expired envelope) or
+/// cancels expired tasks on the next claim pass.
+pub async fn expired_leases_are_recovered<E: PgExecutor>(store: &Store<E>) {
+    let last = store.submit(NewTask::new("x", json!({})).max_attempts(1)).await.expect("last");
+    let retried = store.submit(NewTask::new("x", json!({})).max_attempts(2)).await.expect("retried");
+    let canceled = store.submit(NewTask::new("x", json!({})).max_attempts(2)).await.expect("canceled");
+    assert_eq!(store.claim(&claim("w1").lease_ms(100).limit(3)).await.expect("claim").len(), 3);
+    store.progress(&retried.id, "w1", Some(0.5), Some("half")).await.expect("progress");
+    store.cancel(&canceled.id).await.expect("cancel");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+
+    let again = store.claim(&ClaimRequest::new("w2", ["none"])).await.expect("claim pass");
+    assert!(again.is_empty(), "a pass on another queue still recovers");
+    let failed = store.fetch(&last.id).await.expect("get");
+    assert_eq!(failed.status, TaskStatus::Failed);
+    assert_eq!(failed.error_envelope(), Some(ErrorEnvelope::lease_expired()));
+    assert_eq!(failed.error_envelope().map(|e| e.code), Some(codes::LEASE_EXPIRED.to_owned()));
+    assert!(failed.completed_at_ms.is_some() && failed.lease_until_ms.is_none());
+    assert_eq!(failed.worker_id.as_deref(), Some("w1"), "worker kept on terminal rows");
+
+    let requeued = store.fetch(&retried.id).await.expect("get");
+    assert_eq!((requeued.status, requeued.attempt), (TaskStatus::Queued, 1));
+    assert_eq!((requeued.worker_id, requeued.progress, requeued.message), (None, None, None));
+    assert_eq!(requeued.lease_until_ms, None);
+
+    assert_eq!(store.fetch(&canceled.id).await.expect("get").status, TaskStatus::Canceled);
+}
+
+/// With its probe off, a claim pass is the claim alone: it takes due work,
+/// best priority first, and leaves an expired lease for a pass that probes;
+/// that pass recovers the task and claims it first.
+pub async fn a_claim_without_its_probe_claims_due_work_and_recovers_nothing<E: PgExecutor>(store: &Store<E>) {
+    let stale = store.submit(NewTask::new("x", json!({"n": "stale"}))).await.expect("submit");
+    assert_eq!(store.claim(&claim("w1").lease_ms(50)).await.expect("claim").len(), 1);
+    let low = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
+    let high = store.submit(NewTask::new("x", json!({})).priority(5)).await.expect("submit");
+    tokio::time::sleep(Duration::from_millis(150)).await; // w1's lease is gone
+
+    let got = store.claim(&claim("w2").probe(false)).await.expect("claim without probe");
+    assert_eq!(got.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [high.id.as_str()]);
+    let still = store.fetch(&stale.id).await.expect("get");
+    assert_eq!(
+        (still.status, still.worker_id.as_deref()),
+        (TaskStatus::Running, Some("w1")),
+        "not recovered"
+    );
+
+    let got = store.claim(&claim("w3").limit(5)).await.expect("a pass with its probe");
+    let mut ids: Vec<&str> = got.iter().map(|t| t.id.as_str()).collect();
+    ids.sort();
+    let mut want = vec![stale.id.as_str(), low.id.as_str()];
+    want.sort();
+    assert_eq!(ids, want, "the recovering pass claims the recovered task");
+    assert_eq!(store.fetch(&stale.id).await.expect("get").attempt, 2);
+    assert!(store.claim(&claim("w4").probe(false)).await.expect("empty queue").is_empty());
+}
+
+/// heartbeat_batch answers in the order asked, leaves out what is lost, and
+/// shows cancel requests.
+pub async fn heartbeat_batch_reports_owned_tasks_in_order<E: PgExecutor>(store: &Store<E>) {
+    for _ in 0..3 {
+        store.submit(NewTask::new("x", json!({}))).await.expect("submit");
+    }
+    let mut ids: Vec<String> =
+        store.claim(&claim("w1").limit(3)).await.expect("claim").into_iter().map(|t| t.id).collect();
+    ids.sort();
+    ids.reverse();
+    store.cancel(&ids[1]).await.expect("cancel");
+    let mut asked = ids.clone();
+    asked.insert(1, "task_not_mine".to_owned());
+    let beats = store.heartbeat_batch(&asked, "w1", 60_000).await.expect("beat");
+    assert_eq!(beats.iter().map(|b| b.id.clone()).collect::<Vec<_>>(), ids);
+    assert_eq!(
+        beats.iter().map(|b| b.cancel_requested_at_ms.is_some()).collect::<Vec<_>>(),
+        [false, true, false]
+    );
+    assert!(store.heartbeat_batch(&ids, "w2", 60_000).await.expect("beat").is_empty());
+    assert!(store.heartbeat_batch(&[], "w1", 60_000).await.expect("empty").is_empty());
+    let t = store.heartbeat(&ids[0], "w1", 90_000).await.expect("heartbeat");
+    assert!(t.lease_until_ms.expect("lease") >= t.updated_at_ms + 90_000);
+}
+
+/// Once another worker holds the task, the old owner's writes are no-ops
+/// reported as LostLease.
+pub async fn lost_lease_writes_change_nothing<E: PgExecutor>(store: &Store<E>) {
+    let t = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
+    store.claim(&claim("w1").lease_ms(50)).await.expect("claim");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let c = store.claim(&claim("w2")).await.expect("reclaim");
+    assert_eq!(c.len(), 1);
+    let before = store.fetch(&t.id).await.expect("get");
+    for err in [
+        store.complete(&t.id, "w1", json!(1)).await.expect_err("complete"),
+        store.succeed(&t.id, "w1", json!(1), None).await.expect_err("succeed"),
+        store.fail(&t.id, "w1", &Failure::new(json!({}))).await.expect_err("fail"),
+        store.progress(&t.id, "w1", Some(0.1), None).await.expect_err("progress"),
+        store.heartbeat(&t.id, "w1", 1000).await.expect_err("heartbeat"),
+    ] {
+        assert!(err.is_lost_lease(), "{err}");
+        assert_eq!(err.task_id(), Some(t.id.as_str()));
+    }
+    assert_eq!(store.fetch(&t.id).await.expect("get"), before, "nothing changed");
+}
+
+/// progress with a null leaves that field alone.
+pub async fn progress_keeps_what_is_not_given<E: PgExecutor>(store: &Store<E>) {
+    let t = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
+    store.claim(&claim("w1")).await.expect("claim");
+    store.progress(&t.id, "w1", Some(0.25), Some("reading")).await.expect("progress");
+    let p = store.progress(&t.id, "w1", None, Some("writing")).await.expect("progress");
+    assert_eq!((p.progress, p.message.as_deref()), (Some(0.25), Some("writing")));
+    let p = store.progress(&t.id, "w1", Some(0.5), None).await.expect("progress");
+    assert_eq!((p.progress, p.message.as_deref()), (Some(0.5), Some("writing")));
+    let s = store.succeed(&t.id, "w1", json!("ok"), None).await.expect("succeed");
+    assert_eq!((s.progress, s.message.as_deref(), s.lease_until_ms), (Some(1.0), Some("writing"), None));
+}

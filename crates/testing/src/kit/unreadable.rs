@@ -1,0 +1,119 @@
+//! Rows written by others that the store cannot read.
+
+use std::time::Duration;
+
+use serde_json::json;
+use waymark_store::{ClaimRequest, Error, ListFilter, NewTask, PgExecutor, Store, TaskStatus};
+
+use super::claim;
+
+/// Inserts, with plain SQL, a row whose payload is legal jsonb that
+/// serde_json cannot hold, as any other client may write it.
+async fn insert_raw<E: PgExecutor>(store: &Store<E>, id: &str, payload: &str, running: bool) {
+    let (status, worker, lease, attempt) =
+        if running { ("running", "'gone'", "1", 1) } else { ("queued", "null", "null", 0) };
+    store
+        .executor()
+        .execute_script(&format!(
+            "insert into cairnq_tasks (id, name, queue, status, payload, attempt, worker_id, lease_until_ms, \
+             run_at_ms, root_id, created_at_ms, updated_at_ms) \
+             values ('{id}', 'x', 'default', '{status}', '{payload}', {attempt}, {worker}, {lease}, 0, '{id}', 0, 0)"
+        ))
+        .await
+        .expect("raw insert");
+}
+
+/// One row the store cannot read (a number past f64's range, nesting
+/// deeper than serde_json goes) fails no read of others and no claim:
+/// lists and gets name the column, a claim fails a task whose input it
+/// cannot read for good and claims others in its place, a task whose old
+/// error it cannot read still runs, `call` answers an unreadable result
+/// with a decode error, and a lease recovery that brings such a row back
+/// does not stop either.
+pub async fn a_row_it_cannot_read_stops_nothing<E: PgExecutor>(store: &Store<E>) {
+    let good =
+        store.submit_batch((0..48).map(|n| NewTask::new("x", json!({ "n": n })))).await.expect("batch");
+    let huge = "task_01HUGENUMBER0000000000000";
+    let deep = "task_01DEEPNESTING00000000000";
+    let meta = "task_01BADMETADATA00000000000";
+    let old_error = "task_01BADOLDERROR0000000000";
+    insert_raw(store, huge, r#"{"n": 1e400}"#, false).await;
+    insert_raw(store, deep, &format!("{}{}", "[".repeat(200), "]".repeat(200)), false).await;
+    insert_raw(store, meta, "{}", false).await;
+    insert_raw(store, old_error, r#"{"ok": true}"#, false).await;
+    raw(store, &format!("update cairnq_tasks set metadata = '{{\"n\": 1e400}}' where id = '{meta}'")).await;
+    raw(store, &format!("update cairnq_tasks set error = '{{\"n\": 1e400}}' where id = '{old_error}'")).await;
+
+    let listed = store.list(&ListFilter { limit: 100, ..ListFilter::default() }).await.expect("list");
+    assert_eq!(listed.len(), 52, "every row listed");
+    let unreadable: Vec<&str> =
+        listed.iter().filter(|t| !t.unreadable.is_empty()).map(|t| t.id.as_str()).collect();
+    assert_eq!(unreadable.len(), 4, "{unreadable:?}");
+    let read = store.fetch(huge).await.expect("get reads the row");
+    let why = read.unreadable_column("payload").expect("payload marked unreadable");
+    assert!(why.to_string().starts_with("column payload: "), "{why}");
+    assert_eq!(read.payload, serde_json::Value::Null);
+    assert_eq!(store.get_status(huge).await.expect("status").map(|s| s.status), Some(TaskStatus::Queued));
+    let read = store.fetch(old_error).await.expect("get");
+    assert_eq!(read.unreadable.iter().map(|u| u.column.as_str()).collect::<Vec<_>>(), ["error"]);
+    assert!(!read.input_unreadable(), "only an old error is unreadable");
+
+    // The raw rows are due first: the claim draws them, fails the three it
+    // cannot hand out, and claims three more in their place.
+    let first = store.claim(&claim("w1").limit(10)).await.expect("a claim beside unreadable rows");
+    assert_eq!(first.len(), 10, "a full claim: failed rows are claimed again in their place");
+    assert!(first.iter().all(|t| !t.input_unreadable()));
+    assert!(first.iter().any(|t| t.id == old_error), "a task whose old error cannot be read still runs");
+    let rest = store.claim(&claim("w1").limit(60)).await.expect("claim the rest");
+    assert_eq!(first.len() + rest.len(), 49, "every readable task handed out once");
+    assert!(rest.iter().all(|t| good.contains(&t.id)));
+    for (id, column) in [(huge, "payload"), (deep, "payload"), (meta, "metadata")] {
+        let t = store.fetch(id).await.expect("get");
+        assert_eq!((t.status, t.attempt), (TaskStatus::Failed, 1), "{id} failed for good");
+        let envelope = t.error_envelope().expect("an envelope");
+        assert_eq!((envelope.kind.as_str(), envelope.retryable), ("UnreadableTask", false));
+        assert!(envelope.message.contains(&format!("column {column}")), "{}", envelope.message);
+    }
+
+    // A row stuck running with an expired lease (as an older release left
+    // it): the recovering claim requeues it, fails it, and goes on.
+    let stuck = "task_01STUCKRUNNING00000000000";
+    insert_raw(store, stuck, r#"{"n": -1e400}"#, true).await;
+    let next = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
+    let claimed = store.claim(&claim("w2").limit(10)).await.expect("a recovering claim");
+    assert_eq!(claimed.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [next.id.as_str()]);
+    let t = store.fetch(stuck).await.expect("get");
+    assert_eq!((t.status, t.attempt), (TaskStatus::Failed, 2));
+
+    // A result another SDK wrote that cannot be read is an error, not `None`.
+    let called = store.call(NewTask::new("x", json!({})).queue("calls"), Duration::from_secs(20));
+    let answer = async {
+        let req = ClaimRequest::new("w3", ["calls"]).lease_ms(30_000);
+        let task = loop {
+            if let Some(t) = store.claim(&req).await.expect("claim").pop() {
+                break t;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        raw(
+            store,
+            &format!(
+                "update cairnq_tasks set status = 'succeeded', result = '{{\"n\": 1e400}}', \
+                 lease_until_ms = null, completed_at_ms = 1 where id = '{}'",
+                task.id
+            ),
+        )
+        .await;
+    };
+    let (called, ()) = tokio::join!(called, answer);
+    match called {
+        Err(Error::UnreadableAnswer { status, column, .. }) => {
+            assert_eq!((status, column.as_str()), (TaskStatus::Succeeded, "result"));
+        }
+        other => panic!("expected UnreadableAnswer naming the result, got {other:?}"),
+    }
+}
+
+async fn raw<E: PgExecutor>(store: &Store<E>, sql: &str) {
+    store.executor().execute_script(sql).await.expect(sql);
+}
