@@ -11,7 +11,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Port of the throwaway cluster.
 pub fn throwaway_port() -> u16 {
@@ -71,12 +71,8 @@ pub fn ensure_throwaway() -> Result<String, String> {
         let tail = fs::read_to_string(&log).unwrap_or_default();
         format!("{e}\nserver log:\n{}", tail.lines().rev().take(20).collect::<Vec<_>>().join("\n"))
     })?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !port_open(port) {
-        if Instant::now() > deadline {
-            return Err(format!("the throwaway cluster did not open port {port}; see {}", log.display()));
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    if crate::poll_blocking(Duration::from_secs(30), || port_open(port).then_some(())).is_none() {
+        return Err(format!("the throwaway cluster did not open port {port}; see {}", log.display()));
     }
     Ok(url)
 }

@@ -79,6 +79,7 @@ async fn run_step<E: PgExecutor>(
     }
     if op == "sleep" {
         let ms = args.int("ms")?.unwrap_or(0);
+        // The scenario's own step: real time is what it asks for.
         tokio::time::sleep(Duration::from_millis(ms.max(0) as u64)).await;
         return Ok(());
     }

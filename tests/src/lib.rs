@@ -21,6 +21,24 @@ use waymark_store::{ConnectOptions, Store};
 
 pub use client_executor::ClientExecutor;
 pub use db::{TestDatabase, TestSchema};
+pub use waymark_testing::{eventually, until_some};
+
+/// Looks until `look` answers `Some`, blocking the thread in between, for
+/// the harness's synchronous waits (a server's port, a child's exit):
+/// `None` past `limit`.
+pub fn poll_blocking<T>(limit: std::time::Duration, mut look: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(found) = look() {
+            return Some(found);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        // The one pause of the harness's blocking waits: between two looks.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
 
 /// A store on the built-in pool, connected (migrated) in `schema`.
 pub async fn pool_store(schema: &TestSchema) -> Store<PgPool> {
@@ -49,18 +67,4 @@ pub async fn pool_store_prepared(schema: &TestSchema) -> Store<PgPool> {
         .build()
         .expect("pool");
     Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect through the pool")
-}
-
-/// Polls `check` every 20 ms until it holds; panics naming `what` past
-/// `limit`. For states a test can read (a row, a count), not for time.
-pub async fn eventually<F, Fut>(limit: std::time::Duration, what: &str, check: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = std::time::Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
 }

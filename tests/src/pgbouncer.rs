@@ -27,7 +27,7 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::str::FromStr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::Rng;
 
@@ -241,20 +241,23 @@ impl PgBouncer {
             fs::write(dir.join(CHILD_FILE), child.id().to_string())
                 .map_err(|e| format!("writing the pid file: {e}"))?;
 
-            let deadline = Instant::now() + Duration::from_secs(15);
-            loop {
+            // Up (the port open) or gone (exited, perhaps the port was taken).
+            let up = crate::poll_blocking(Duration::from_secs(15), || {
                 if let Ok(Some(status)) = child.try_wait() {
+                    return Some(Err(status));
+                }
+                port_open(port).then_some(Ok(()))
+            });
+            match up {
+                Some(Ok(())) => return Ok(PgBouncer { child, dir: dir.to_owned(), port }),
+                Some(Err(status)) => {
                     last_error = format!(
                         "{} exited ({status}):\n{}",
                         binary.display(),
                         fs::read_to_string(&log_path).unwrap_or_default()
                     );
-                    break;
                 }
-                if port_open(port) {
-                    return Ok(PgBouncer { child, dir: dir.to_owned(), port });
-                }
-                if Instant::now() > deadline {
+                None => {
                     let _ = child.kill();
                     let _ = child.wait();
                     return Err(format!(
@@ -262,7 +265,6 @@ impl PgBouncer {
                         fs::read_to_string(&log_path).unwrap_or_default()
                     ));
                 }
-                std::thread::sleep(Duration::from_millis(20));
             }
         }
         Err(last_error)

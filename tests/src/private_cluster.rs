@@ -32,7 +32,7 @@ use std::io::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::Rng;
 
@@ -238,16 +238,8 @@ impl PrivateCluster {
             let log = self.log();
             format!("{e}\nserver log (end):\n{}", log.lines().rev().take(20).collect::<Vec<_>>().join("\n"))
         })?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !port_open(self.port) {
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "the server did not open port {}; see {}",
-                    self.port,
-                    self.log.display()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if crate::poll_blocking(Duration::from_secs(30), || port_open(self.port).then_some(())).is_none() {
+            return Err(format!("the server did not open port {}; see {}", self.port, self.log.display()));
         }
         Ok(())
     }

@@ -16,7 +16,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::cluster::target_dir;
 
@@ -143,19 +143,14 @@ pub fn run_script<A: AsRef<std::ffi::OsStr>>(
     // Drained on threads, so a chatty script never blocks on a full pipe.
     let stdout = drain(child.stdout.take());
     let stderr = drain(child.stderr.take());
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => panic!("waiting for {shown}: {e}"),
-        }
-    };
+    let status = crate::poll_blocking(timeout, || match child.try_wait() {
+        Ok(done) => done,
+        Err(e) => panic!("waiting for {shown}: {e}"),
+    });
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     let out = Output {
         status: status.unwrap_or_default(),
         stdout: stdout.join().unwrap_or_default(),

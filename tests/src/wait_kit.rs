@@ -12,6 +12,7 @@ use waymark_store::{
     codes, ClaimRequest, Conflict, Error, Failure, Lane, NewTask, PgExecutor, Signal, Sql, Store, TaskStatus,
     Value,
 };
+use waymark_testing::until_some;
 
 pub use crate::fault_executor::{hooked, Hooked};
 
@@ -87,6 +88,9 @@ where
     let settler = store.clone();
     let id = task.id.clone();
     let settle = tokio::spawn(async move {
+        // Real time: the wait should be parked when the task ends; nothing
+        // outside the store marks that moment, and ended sooner the wait
+        // still answers rightly, from its first read.
         tokio::time::sleep(Duration::from_millis(150)).await;
         let claimed = claim_one(&settler, "w1", "wk").await;
         assert_eq!(claimed, id);
@@ -134,18 +138,13 @@ where
     // A worker elsewhere fails the first task permanently.
     let worker = store.clone();
     let failing = tokio::spawn(async move {
-        loop {
-            let claimed = worker
-                .claim(&ClaimRequest::new("wk-fail", ["w3"]).limit(1).lease_ms(30_000))
-                .await
-                .expect("claim");
-            if let Some(t) = claimed.first() {
-                let envelope = json!({"type": "ValueError", "code": codes::TASK_ERROR, "message": "bad input", "retryable": false, "details": {}});
-                worker.fail(&t.id, "wk-fail", &Failure::new(envelope).retryable(false)).await.expect("fail");
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let req = ClaimRequest::new("wk-fail", ["w3"]).limit(1).lease_ms(30_000);
+        let t = until_some(Duration::from_secs(10), "the call's task to claim", || async {
+            worker.claim(&req).await.expect("claim").pop()
+        })
+        .await;
+        let envelope = json!({"type": "ValueError", "code": codes::TASK_ERROR, "message": "bad input", "retryable": false, "details": {}});
+        worker.fail(&t.id, "wk-fail", &Failure::new(envelope).retryable(false)).await.expect("fail");
     });
     let err = store
         .call(NewTask::new("w.fails", json!({})).queue("w3").max_attempts(1), Duration::from_secs(10))
@@ -164,17 +163,12 @@ where
     // Another client cancels the second while it is queued.
     let canceler = store.clone();
     let cancel = tokio::spawn(async move {
-        loop {
-            let queued = canceler
-                .list(&waymark_store::ListFilter { queue: Some("w4".into()), limit: 1, ..Default::default() })
-                .await
-                .expect("list");
-            if let Some(t) = queued.first() {
-                canceler.cancel(&t.id).await.expect("cancel");
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let in_w4 = waymark_store::ListFilter { queue: Some("w4".into()), limit: 1, ..Default::default() };
+        let t = until_some(Duration::from_secs(10), "the call's task to cancel", || async {
+            canceler.list(&in_w4).await.expect("list").pop()
+        })
+        .await;
+        canceler.cancel(&t.id).await.expect("cancel");
     });
     let err = store.call(NewTask::new("w.canceled", json!({})).queue("w4"), Duration::from_secs(10)).await;
     cancel.await.expect("canceler");
@@ -189,6 +183,7 @@ where
         store.submit(NewTask::new("w.keyed", json!({"v": 1})).queue("w5").key("w5:k")).await.expect("first");
     let other = store.clone();
     let replace = tokio::spawn(async move {
+        // Real time: the wait parked first, as above.
         tokio::time::sleep(Duration::from_millis(150)).await;
         // Replace cancels the first and points the key at a new task,
         // which a worker then completes.
@@ -287,16 +282,11 @@ where
     let (failed_tx, failed) = oneshot::channel::<String>();
     let failer = store.clone();
     let first_run = tokio::spawn(async move {
-        let id = loop {
-            let claimed = failer
-                .claim(&ClaimRequest::new("wk", ["w8"]).limit(1).lease_ms(30_000))
-                .await
-                .expect("claim");
-            if let Some(t) = claimed.first() {
-                break t.id.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
+        let req = ClaimRequest::new("wk", ["w8"]).limit(1).lease_ms(30_000);
+        let id = until_some(Duration::from_secs(10), "the first run to claim", || async {
+            failer.claim(&req).await.expect("claim").pop().map(|t| t.id)
+        })
+        .await;
         fail_for_good(&failer, &id).await;
         failed_tx.send(id).expect("the hook waits");
     });

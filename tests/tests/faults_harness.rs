@@ -94,16 +94,18 @@ async fn a_private_cluster_refuses_connections_past_max_connections() {
     assert_eq!(err.code(), Some(&SqlState::TOO_MANY_CONNECTIONS), "{err}");
     drop(clients.pop());
     // The server notices the closed connection asynchronously.
-    let deadline = Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        match connect(&url).await {
-            Ok(_) => break,
-            Err(e) if Instant::now() < deadline && e.code() == Some(&SqlState::TOO_MANY_CONNECTIONS) => {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    waymark_tests::until_some(
+        std::time::Duration::from_secs(10),
+        "a slot freed by a closed connection",
+        || async {
+            match connect(&url).await {
+                Ok(client) => Some(client),
+                Err(e) if e.code() == Some(&SqlState::TOO_MANY_CONNECTIONS) => None,
+                Err(e) => panic!("a slot freed by a closed connection: {e}"),
             }
-            Err(e) => panic!("a slot freed by a closed connection: {e}"),
-        }
-    }
+        },
+    )
+    .await;
 }
 
 #[test]

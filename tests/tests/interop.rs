@@ -12,7 +12,7 @@ use serde_json::{json, Value as Json};
 use waymark_pool::PgPool;
 use waymark_store::{ClaimRequest, ConnectOptions, Failure, NewTask, Store, Task, TaskStatus};
 use waymark_tests::db::admin_client;
-use waymark_tests::{python, TestDatabase};
+use waymark_tests::{eventually, python, until_some, TestDatabase};
 
 /// The ledger rows every installation of protocol v1 ends with.
 const MIGRATIONS: [&str; 10] = [
@@ -303,19 +303,12 @@ async fn rust_client_python_worker() {
     let worker = py_in_background(&url, work_args);
 
     // Wait until the Python handler runs py.slow and has reported progress.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let running = loop {
+    let running = until_some(Duration::from_secs(60), "py.slow running at half way", || async {
         let t = store.fetch(&slow.id).await.unwrap();
-        if t.status == TaskStatus::Running && t.progress == Some(0.5) {
-            break t;
-        }
-        if worker.is_finished() {
-            let out = worker.await.expect("the Python worker");
-            panic!("the Python worker ended before py.slow ran: {out}\nrow: {t:?}");
-        }
-        assert!(Instant::now() < deadline, "py.slow never ran: {t:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        assert!(!worker.is_finished(), "the Python worker ended before py.slow ran; row: {t:?}");
+        (t.status == TaskStatus::Running && t.progress == Some(0.5)).then_some(t)
+    })
+    .await;
     assert_eq!(running.message.as_deref(), Some("halfway"));
     assert_eq!(running.attempt, 1);
     assert!(running.lease_until_ms.is_some());
@@ -487,6 +480,8 @@ async fn mixed_fleet_drains_a_shared_backlog_once() {
             let seen = seen.clone();
             async move {
                 seen.lock().unwrap().push(ctx.id().to_owned());
+                // Real time: 20 ms of work per task, so the backlog lasts
+                // long enough for both workers to share it.
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 Ok(json!({"by": "rust", "n": payload["n"]}))
             }
@@ -501,8 +496,7 @@ async fn mixed_fleet_drains_a_shared_backlog_once() {
     // process takes about a second to start, and in that time a Rust worker
     // alone would drain the whole backlog.
     let admin = admin_client(&db.url).await;
-    let waiting = std::time::Instant::now();
-    loop {
+    eventually(Duration::from_secs(60), "the python worker's first claim", || async {
         let claimed_by_python: i64 = admin
             .query_one(
                 "select count(*) from cairnq_tasks where worker_id is not null and worker_id <> $1",
@@ -511,13 +505,10 @@ async fn mixed_fleet_drains_a_shared_backlog_once() {
             .await
             .expect("count python's claims")
             .get(0);
-        if claimed_by_python > 0 {
-            break;
-        }
         assert!(!python.is_finished(), "the python worker ended before it claimed anything");
-        assert!(waiting.elapsed() < Duration::from_secs(60), "the python worker never claimed");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        claimed_by_python > 0
+    })
+    .await;
     let rust = tokio::spawn(worker.run());
     let python = python.await.expect("python worker");
     handle.shutdown();

@@ -224,7 +224,8 @@ async fn through_pgbouncer_in_transaction_mode_listen_is_unavailable_for_good() 
     tokio::time::timeout(PATIENCE, hub.finished()).await.expect("the task ends: no reconnect loop");
 
     // Nothing more happens: one listener session and one probe session
-    // reached PgBouncer, and no attempt after them.
+    // reached PgBouncer, and no attempt after them. A negative check needs
+    // real time: longer than the reconnect backoff would wait.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert!(matches!(hub.current_state(), HubState::Unavailable { .. }));
     let stats = hub.stats();

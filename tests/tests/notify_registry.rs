@@ -73,6 +73,7 @@ async fn an_idle_hub_closes_after_the_timeout_and_a_new_lease_gets_a_new_hub() {
     let released = Instant::now();
     assert_eq!((reg.stats().leased, reg.stats().idle), (0, 1));
 
+    // Real time under test: the idle timeout has not run out yet.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(sessions(&url, &app).await, 1, "open while the idle timeout runs");
     wait_state(&mut state, "closed", PATIENCE, |s| *s == HubState::Closed).await;
@@ -106,7 +107,7 @@ async fn a_lease_taken_before_the_idle_timeout_reuses_the_hub() {
     assert_eq!(second.current_state(), HubState::Listening, "and listens without reconnecting");
 
     // Past the first idle deadline: the timer of the first release must not
-    // close a hub that is leased again.
+    // close a hub that is leased again (real time under test).
     tokio::time::sleep(idle + Duration::from_millis(500)).await;
     assert_eq!(second.current_state(), HubState::Listening);
     assert_eq!(second.stats().connect_attempts, 1);
@@ -139,6 +140,7 @@ async fn past_max_hubs_acquire_is_full_and_the_caller_polls() {
 fn lingering(url: &str, linger: Duration) -> Connector {
     Connector::from_fn(url.parse().expect("url"), move |config| async move {
         let (client, connection) = config.connect(NoTls).await?;
+        // Real time under test: a session slow to shut down.
         let then_linger = futures::stream::once(async move { tokio::time::sleep(linger).await })
             .filter_map(|()| async { None::<Result<AsyncMessage, tokio_postgres::Error>> });
         Ok((client, Box::pin(message_stream(connection).chain(then_linger)) as waymark_notify::MessageStream))

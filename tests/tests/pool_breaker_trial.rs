@@ -11,7 +11,7 @@ use serde_json::json;
 use waymark_pool::BreakerState;
 use waymark_store::{ClaimRequest, ExecErrorKind, NewTask, PgExecutor, PgSession, PgTransaction};
 use waymark_tests::proxy::{pool_through, proxy_for};
-use waymark_tests::{connect_in, eventually, TestSchema};
+use waymark_tests::{connect_in, eventually, until_some, TestSchema};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_taken_as_the_trial_does_not_fence_heartbeats() {
@@ -43,15 +43,14 @@ async fn a_transaction_taken_as_the_trial_does_not_fence_heartbeats() {
     proxy.set_down(false);
 
     // The first call let through after the open time is a BEGIN: the trial.
-    let tx = loop {
+    let tx = until_some(Duration::from_secs(10), "a BEGIN let through", || async {
         match store.executor().begin().await {
-            Ok(tx) => break tx,
-            Err(e) if e.kind() == ExecErrorKind::CircuitOpen => {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            Ok(tx) => Some(tx),
+            Err(e) if e.kind() == ExecErrorKind::CircuitOpen => None,
             Err(e) => panic!("begin after the server came back: {e}"),
         }
-    };
+    })
+    .await;
     assert_eq!(store.executor().stats().breaker, BreakerState::Closed, "the answered BEGIN closed it");
 
     // While that transaction stays open, the rest of the process works.

@@ -4,12 +4,13 @@
 
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use serde_json::json;
 use waymark_pool::{BreakerState, PgPool};
 use waymark_store::{ExecErrorKind, Lane, NewTask, PgExecutor, Sql, Store, Value};
 use waymark_tests::cluster::server_url;
 use waymark_tests::db::admin_client;
-use waymark_tests::{pool_store, TestSchema};
+use waymark_tests::{eventually, pool_store, TestSchema};
 
 fn sql(text: &str, lane: Lane, repeatable: bool) -> Sql<'_> {
     Sql { text, types: &[], lane, repeatable }
@@ -24,20 +25,24 @@ async fn backend_pid(pool: &PgPool) -> i32 {
     }
 }
 
+/// Kills backend `pid` once it is running its `pg_sleep`.
+async fn kill_while_sleeping(pid: i32) {
+    let admin = admin_client(&server_url()).await;
+    eventually(Duration::from_secs(10), "the backend inside its pg_sleep", || async {
+        let q = "select count(*) from pg_stat_activity where pid = $1 and state = 'active' and query like '%pg_sleep%'";
+        admin.query_one(q, &[&pid]).await.expect("activity").get::<_, i64>(0) == 1
+    })
+    .await;
+    admin.execute("select pg_terminate_backend($1)", &[&pid]).await.expect("kill");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_backend_is_replaced_and_the_call_retried() {
     let pool = PgPool::builder(server_url()).max_size(1).build().expect("pool");
     let old = backend_pid(&pool).await;
 
     // Kill the backend while a repeatable call runs on it.
-    let killer = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        admin_client(&server_url())
-            .await
-            .execute("select pg_terminate_backend($1)", &[&old])
-            .await
-            .expect("kill");
-    });
+    let killer = tokio::spawn(kill_while_sleeping(old));
     let started = Instant::now();
     pool.query(sql("select pg_sleep(0.5)", Lane::Ordinary, true), &[])
         .await
@@ -54,14 +59,7 @@ async fn a_killed_backend_is_replaced_and_the_call_retried() {
 
     // A statement that is not safe to repeat is not resent: its error surfaces.
     let pid = backend_pid(&pool).await;
-    let killer = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        admin_client(&server_url())
-            .await
-            .execute("select pg_terminate_backend($1)", &[&pid])
-            .await
-            .expect("kill");
-    });
+    let killer = tokio::spawn(kill_while_sleeping(pid));
     let err =
         pool.query(sql("select pg_sleep(0.5)", Lane::Ordinary, false), &[]).await.expect_err("not retried");
     killer.await.expect("killer");
@@ -92,12 +90,23 @@ async fn a_role_at_its_connection_limit_is_capacity_not_an_outage() {
     assert_eq!(stats.capacity_errors, 5, "{stats:?}");
     assert_eq!(stats.breaker, BreakerState::Closed, "capacity never opens the breaker");
 
+    let sessions_of = |role: String| {
+        let admin = &admin;
+        async move {
+            let q = "select count(*) from pg_stat_activity where usename = $1";
+            admin.query_one(q, &[&role]).await.expect("activity").get::<_, i64>(0)
+        }
+    };
     drop(holder);
     driver.abort();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    eventually(Duration::from_secs(10), "the held slot free", || sessions_of(role.clone()).map(|n| n == 0))
+        .await;
     pool.query(sql("select 1", Lane::Ordinary, true), &[]).await.expect("a slot is free again");
     drop(pool);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    eventually(Duration::from_secs(10), "the pool's session gone", || {
+        sessions_of(role.clone()).map(|n| n == 0)
+    })
+    .await;
     let _ = admin.batch_execute(&format!("drop role if exists {role}")).await;
 }
 
@@ -105,15 +114,16 @@ async fn a_role_at_its_connection_limit_is_capacity_not_an_outage() {
 async fn a_query_past_its_timeout_fails_and_its_connection_is_dropped() {
     let pool = PgPool::builder(server_url())
         .max_size(1)
-        .query_timeout(Some(Duration::from_millis(200)))
+        // Long enough that a loaded machine answers the pid query within it.
+        .query_timeout(Some(Duration::from_secs(1)))
         .build()
         .expect("pool");
     let pid = backend_pid(&pool).await;
     let started = Instant::now();
-    let err = pool.query(sql("select pg_sleep(3)", Lane::Ordinary, true), &[]).await.expect_err("timeout");
+    let err = pool.query(sql("select pg_sleep(10)", Lane::Ordinary, true), &[]).await.expect_err("timeout");
     let took = started.elapsed();
     assert_eq!(err.kind(), ExecErrorKind::Timeout, "{err}");
-    assert!(took < Duration::from_millis(1500), "timed out in {took:?}");
+    assert!(took < Duration::from_secs(4), "timed out in {took:?}");
     assert_ne!(backend_pid(&pool).await, pid, "the connection was not reused mid-query");
     assert_eq!(pool.stats().timeouts, 1);
     assert_eq!(pool.stats().retries, 0, "a timeout is not retried");
@@ -167,9 +177,8 @@ async fn critical_work_keeps_its_latency_under_an_ordinary_burst() {
             })
         })
         .collect();
-    while pool.stats().waiting < 150 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually(Duration::from_secs(10), "150 callers waiting", || async { pool.stats().waiting >= 150 })
+        .await;
     // One ordinary call and a series of critical calls join the queue now.
     let started = Instant::now();
     let ordinary = {

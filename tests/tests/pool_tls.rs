@@ -112,15 +112,12 @@ async fn sslmode_from_the_url_encrypts_and_verifies_as_libpq_does() {
 
     // Reloading takes a moment to reach new backends.
     let required = pool(url("127.0.0.1", "sslmode=require"));
-    let mut encrypted = false;
-    for _ in 0..50 {
-        if let Ok(true) = uses_ssl(&required).await {
-            encrypted = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert!(encrypted, "require: connection is encrypted once the server offers tls");
+    waymark_tests::eventually(
+        std::time::Duration::from_secs(5),
+        "require: an encrypted connection once the server offers tls",
+        || async { matches!(uses_ssl(&required).await, Ok(true)) },
+    )
+    .await;
     assert_eq!(required.ssl_mode(), SslMode::Require);
 
     assert!(!uses_ssl(&pool(url("127.0.0.1", "sslmode=disable"))).await.expect("disable"));

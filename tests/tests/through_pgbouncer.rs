@@ -73,6 +73,8 @@ async fn waits_through_pgbouncer_finish_by_polling() {
                 store.wait(&id, Duration::from_secs(20)).await.map(|t| (Instant::now(), t))
             })
         };
+        // Real time: the waiter parked on its backstop before the commit;
+        // nothing outside the store marks that moment.
         tokio::time::sleep(Duration::from_millis(300)).await;
         store.complete(&task.id, "w", serde_json::json!(i)).await.expect("complete");
         let committed = Instant::now();

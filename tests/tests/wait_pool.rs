@@ -8,20 +8,16 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use waymark_pool::PgPool;
 use waymark_store::{ClaimRequest, NewTask, Store, TaskStatus};
-use waymark_tests::{pool_store, TestDatabase, TestSchema};
+use waymark_tests::{eventually, pool_store, TestDatabase, TestSchema};
 
 waymark_tests::wait_contract!(waymark_tests::pool_store);
 
 /// Starts the store's done listener with a first wait, and waits until it
 /// is up (its first "may have missed").
 async fn listening(store: &Store<PgPool>) {
-    let started = Instant::now();
     let first = store.wait("task_none", Duration::from_millis(1)).await;
     assert!(first.is_err_and(|e| e.is_not_found()), "a wait on no task");
-    while !store.is_listening() {
-        assert!(started.elapsed() < Duration::from_secs(10), "the listener never came up");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(Duration::from_secs(10), "the listener up", || async { store.is_listening() }).await;
     // Live means the hub listens and its self-probe came back.
 }
 
@@ -46,7 +42,9 @@ async fn a_wait_returns_within_milliseconds_of_the_completion_commit() {
                 (Instant::now(), t)
             })
         };
-        // Let the waiter read the row and go to sleep on its backstop.
+        // Real time: the waiter must have read the row and be parked on its
+        // backstop before the commit, and nothing outside the store marks
+        // that moment (done too early, the wait would answer from its read).
         tokio::time::sleep(Duration::from_millis(15)).await;
         store.complete(&task.id, "w", json!(i)).await.expect("complete");
         let committed = Instant::now();
@@ -145,6 +143,7 @@ async fn waits_finish_across_a_killed_listener_and_listening_comes_back() {
         let (store, id) = (store.clone(), task.id.clone());
         tokio::spawn(async move { store.wait(&id, Duration::from_secs(20)).await })
     };
+    // Real time: the waiter parked before the listener is killed (see above).
     tokio::time::sleep(Duration::from_millis(50)).await;
     let killed: i64 = admin
         .query_one(
@@ -160,8 +159,7 @@ async fn waits_finish_across_a_killed_listener_and_listening_comes_back() {
     let done = waiter.await.expect("waiter").expect("the wait still finishes");
     assert_eq!(done.result, Some(json!("after the kill")));
     // The hub reconnects by itself; pushed waits work again.
-    let started = Instant::now();
-    loop {
+    eventually(Duration::from_secs(10), "the listener back", || async {
         let n: i64 = admin
             .query_one(
                 "select count(*) from pg_stat_activity where datname = current_database() \
@@ -171,18 +169,16 @@ async fn waits_finish_across_a_killed_listener_and_listening_comes_back() {
             .await
             .expect("count")
             .get(0);
-        if n == 1 && store.is_listening() {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "the listener did not come back");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        n == 1 && store.is_listening()
+    })
+    .await;
     let again = store.submit(NewTask::new("kill", json!({})).queue("kill")).await.expect("submit");
     store.claim(&ClaimRequest::new("w", ["kill"]).limit(1)).await.expect("claim");
     let waiter = {
         let (store, id) = (store.clone(), again.id.clone());
         tokio::spawn(async move { store.wait(&id, Duration::from_secs(20)).await.map(|_| Instant::now()) })
     };
+    // Real time: the waiter parked before the commit (see above).
     tokio::time::sleep(Duration::from_millis(30)).await;
     store.complete(&again.id, "w", json!(2)).await.expect("complete");
     let committed = Instant::now();
@@ -233,15 +229,13 @@ async fn a_worker_listens_to_queued_only_and_a_first_wait_adds_done() {
         .expect("worker");
     let handle = worker.handle();
     let run = tokio::spawn(worker.run());
-    tokio::time::sleep(Duration::from_millis(500)).await; // the worker's watch listens
-    let started = Instant::now();
+    eventually(Duration::from_secs(10), "the worker's watch listening", || async { store.is_watching() })
+        .await;
     for i in 0..20 {
         store.submit(NewTask::new("only", json!({ "i": i })).queue("only")).await.expect("submit");
     }
-    while handle.settled() < 20 {
-        assert!(started.elapsed() < Duration::from_secs(10), "pushed by cairnq_queued, not its 30 s poll");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Within 10 s: pushed by cairnq_queued, not its 30 s poll.
+    eventually(Duration::from_secs(10), "twenty settled", || async { handle.settled() >= 20 }).await;
     assert!(!store.is_listening(), "no done stream while nothing waits");
     assert_eq!(notify_sessions(&db).await, 1, "one listener: cairnq_queued");
 

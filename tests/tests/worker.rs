@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use waymark_pool::PgPool;
 use waymark_store::{codes, ClaimRequest, NewTask, Store, Task, TaskStatus};
-use waymark_tests::{eventually, pool_store, TestSchema};
+use waymark_tests::{eventually, pool_store, until_some, TestSchema};
 use waymark_worker::{CancelReason, TaskError, Worker, WorkerHandle};
 
 type S = Store<PgPool>;
@@ -147,7 +147,7 @@ async fn each_way_a_run_ends_writes_its_envelope() {
     let w = ends_worker(&store)
         .max_run_time(Duration::from_millis(200))
         .task("slow", |_ctx, _p: serde_json::Value| async move {
-            tokio::time::sleep(Duration::from_secs(30)).await;
+            std::future::pending::<()>().await;
             Ok(())
         })
         .build()
@@ -235,6 +235,8 @@ async fn heartbeats_keep_a_slow_task_and_a_paused_heartbeat_loses_it() {
             let seen = seen.clone();
             async move {
                 let ms = p["ms"].as_u64().unwrap_or(0);
+                // Real time is what is under test: work that outlasts the
+                // lease several times over, kept by heartbeats.
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
                     reason = ctx.cancelled() => { seen.lock().unwrap().push(reason); }
@@ -261,7 +263,11 @@ async fn heartbeats_keep_a_slow_task_and_a_paused_heartbeat_loses_it() {
         async move { s.fetch(&id).await.expect("fetch").status == TaskStatus::Running }
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(800)).await; // past the lease
+    // Past the lease, written to the row (the paused heartbeat does not
+    // renew it).
+    let admin = waymark_tests::db::admin_client(&schema.url).await;
+    let expire = format!("update \"{}\".cairnq_tasks set lease_until_ms = 0 where id = $1", schema.schema);
+    admin.execute(&expire, &[&lost.id]).await.expect("expire the lease");
     let stolen = store
         .claim(&ClaimRequest::new("thief", ["lease"]).limit(1).lease_ms(60_000))
         .await
@@ -277,7 +283,7 @@ async fn heartbeats_keep_a_slow_task_and_a_paused_heartbeat_loses_it() {
         async move { r.lock().unwrap().contains(&CancelReason::LeaseLost) }
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually(Duration::from_secs(5), "the lost run to end", || async { handle.running() == 0 }).await;
     let t = fetch(&store, &lost.id).await;
     assert_eq!((t.status, t.worker_id.as_deref(), t.attempt), (TaskStatus::Running, Some("thief"), 2));
     assert_eq!(t.result, None, "the late settlement was a no-op");
@@ -333,13 +339,16 @@ async fn complete_in_commits_the_handlers_rows_with_the_settlement_or_neither() 
     let table = format!("\"{}\".receipts", schema.schema);
     admin.batch_execute(&format!("create table {table} (task_id text primary key)")).await.expect("table");
     let insert = format!("insert into {table} (task_id) values ($1)");
+    // A task with "wait" holds until the test has stolen its lease.
+    let stolen_now = Arc::new(tokio::sync::Notify::new());
+    let gate = stolen_now.clone();
     let w = Worker::builder(store.clone())
         .queues(["tx"])
         .task("receipt", move |ctx, p: serde_json::Value| {
-            let insert = insert.clone();
+            let (insert, gate) = (insert.clone(), gate.clone());
             async move {
-                if let Some(ms) = p["wait_ms"].as_u64() {
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                if p["wait"] == true {
+                    gate.notified().await;
                 }
                 let tx = ctx.begin().await?;
                 tx.client()
@@ -366,7 +375,7 @@ async fn complete_in_commits_the_handlers_rows_with_the_settlement_or_neither() 
     // The lease is stolen while the handler waits: its row and its
     // settlement roll back together.
     let stolen =
-        store.submit(NewTask::new("receipt", json!({"wait_ms": 1500})).queue("tx")).await.expect("submit");
+        store.submit(NewTask::new("receipt", json!({"wait": true})).queue("tx")).await.expect("submit");
     let s = store.clone();
     let id = stolen.id.clone();
     eventually(Duration::from_secs(10), "the run to start", || {
@@ -385,7 +394,8 @@ async fn complete_in_commits_the_handlers_rows_with_the_settlement_or_neither() 
     let thief =
         store.claim(&ClaimRequest::new("thief", ["tx"]).limit(1).lease_ms(60_000)).await.expect("claim");
     assert_eq!(thief.len(), 1);
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    stolen_now.notify_one();
+    eventually(Duration::from_secs(10), "the robbed run to end", || async { handle.running() == 0 }).await;
     let t = fetch(&store, &stolen.id).await;
     assert_eq!((t.status, t.worker_id.as_deref()), (TaskStatus::Running, Some("thief")));
     assert_eq!(
@@ -410,7 +420,7 @@ async fn shutdown_under_load_gives_unfinished_tasks_back_at_once() {
         .concurrency(5)
         .shutdown_grace(Duration::from_millis(300))
         .task("sleepy", |_ctx, _p: serde_json::Value| async move {
-            tokio::time::sleep(Duration::from_secs(60)).await;
+            std::future::pending::<()>().await;
             Ok(())
         })
         .build()
@@ -463,6 +473,8 @@ async fn a_busy_worker_still_recovers_expired_leases_every_poll_interval() {
         .concurrency(16)
         .poll_interval(Duration::from_millis(300))
         .task("busy", |_ctx, _p: serde_json::Value| async move {
+            // Real time under test: 20 ms of work per task keeps a backlog
+            // draining while the expired lease is recovered.
             tokio::time::sleep(Duration::from_millis(20)).await;
             Ok(())
         })
@@ -531,19 +543,16 @@ async fn a_settlement_refused_by_a_saturated_pool_is_tried_again() {
 
     // The worker is idle between its loops' turns, so the connection is
     // free but for a moment now and then: take it within a few tries.
-    let mut tries = 0;
-    let tx = loop {
-        match store.executor().begin().await {
-            Ok(tx) => break tx,
-            Err(_) if tries < 20 => {
-                tries += 1;
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            Err(e) => panic!("taking the only connection: {e}"),
-        }
-    };
+    let tx = until_some(Duration::from_secs(5), "the pool's only connection", || async {
+        store.executor().begin().await.ok()
+    })
+    .await;
+    let refused = store.executor().stats().saturated;
     gate.notify_one();
-    tokio::time::sleep(Duration::from_millis(400)).await; // several refused tries
+    eventually(Duration::from_secs(10), "the settlement refused a few times", || async {
+        store.executor().stats().saturated >= refused + 3
+    })
+    .await;
     tx.rollback().await.expect("give it back");
 
     let s = store.clone();

@@ -4,12 +4,12 @@
 
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use waymark_store::{NewTask, TaskStatus};
-use waymark_tests::{pool_store, TestSchema};
+use waymark_tests::{eventually, pool_store, TestSchema};
 use waymark_worker::{TaskError, Worker};
 
 const TASKS: usize = 24;
@@ -40,15 +40,11 @@ async fn a_killed_worker_loses_nothing_and_settles_nothing_twice() {
     assert_eq!(lines.next_line().await.expect("read").as_deref(), Some("ready"));
 
     // Let it finish some and hold others, then kill it without warning.
-    let started = Instant::now();
-    loop {
+    eventually(Duration::from_secs(30), "the child to finish four and hold one", || async {
         let c = store.stats(Some("crash")).await.expect("stats")["crash"];
-        if c.succeeded >= 4 && c.running >= 1 {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "the child made no progress: {c:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        c.succeeded >= 4 && c.running >= 1
+    })
+    .await;
     child.start_kill().expect("SIGKILL");
     child.wait().await.expect("reaped");
     let at_kill = store.stats(Some("crash")).await.expect("stats")["crash"];
@@ -77,15 +73,10 @@ async fn a_killed_worker_loses_nothing_and_settles_nothing_twice() {
         .expect("worker");
     let handle = worker.handle();
     let run = tokio::spawn(worker.run());
-    let started = Instant::now();
-    loop {
-        let c = store.stats(Some("crash")).await.expect("stats")["crash"];
-        if c.succeeded == TASKS as i64 {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "not all finished: {c:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(Duration::from_secs(30), "every task succeeded", || async {
+        store.stats(Some("crash")).await.expect("stats")["crash"].succeeded == TASKS as i64
+    })
+    .await;
     handle.shutdown();
     run.await.expect("worker ends");
 

@@ -5,7 +5,10 @@
 //! again. Capacity errors and query errors never count.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock: the same as std's, except that tests can pause and advance it.
+use tokio::time::Instant;
 
 /// The breaker's state, as stats report it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,8 +147,8 @@ impl Breaker {
 mod tests {
     use super::*;
 
-    #[test]
-    fn opens_after_the_threshold_and_closes_after_a_good_trial() {
+    #[tokio::test(start_paused = true)]
+    async fn opens_after_the_threshold_and_closes_after_a_good_trial() {
         let b = Breaker::new(3, Duration::from_millis(30));
         for _ in 0..2 {
             b.check().expect("closed").connection_failure("refused");
@@ -154,7 +157,7 @@ mod tests {
         b.check().expect("closed").connection_failure("refused");
         assert_eq!(b.state(), BreakerState::Open);
         assert_eq!(b.check().expect_err("open"), "refused");
-        std::thread::sleep(Duration::from_millis(40));
+        tokio::time::advance(Duration::from_millis(40)).await;
         let trial = b.check().expect("half-open trial");
         assert_eq!(b.state(), BreakerState::HalfOpen);
         assert!(b.check().is_err(), "one trial at a time");
@@ -162,14 +165,14 @@ mod tests {
         assert_eq!(b.state(), BreakerState::Closed);
     }
 
-    #[test]
-    fn a_failed_or_abandoned_trial_reopens() {
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_or_abandoned_trial_reopens() {
         let b = Breaker::new(1, Duration::from_millis(10));
         b.check().expect("closed").connection_failure("down");
-        std::thread::sleep(Duration::from_millis(15));
+        tokio::time::advance(Duration::from_millis(15)).await;
         b.check().expect("trial").connection_failure("still down");
         assert_eq!(b.check().expect_err("open again"), "still down");
-        std::thread::sleep(Duration::from_millis(15));
+        tokio::time::advance(Duration::from_millis(15)).await;
         drop(b.check().expect("trial"));
         assert_eq!(b.state(), BreakerState::Open);
     }

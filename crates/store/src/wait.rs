@@ -278,6 +278,13 @@ impl<E: PgExecutor> Store<E> {
     pub fn is_listening(&self) -> bool {
         self.signals.is_listening(Channel::Done)
     }
+
+    /// Whether queue watches are pushed now: the store consumes a
+    /// `cairnq_queued` LISTEN stream (the first watch starts it). False
+    /// means watches poll.
+    pub fn is_watching(&self) -> bool {
+        self.signals.is_listening(Channel::Queued)
+    }
 }
 
 /// A watch over some queues; see [`Store::watch`].

@@ -61,6 +61,7 @@ pub async fn run_until_idle<E: PgExecutor + 'static>(
             let _ = run.await;
             return Err(NotIdle { waited: started.elapsed(), running: last.0, due: last.1 });
         }
+        // The pause between two looks.
         tokio::time::sleep(Duration::from_millis(20)).await;
         last = match busy_in(&store, &queues).await {
             Ok(counts) => counts,

@@ -6,6 +6,8 @@
 //!   nothing running, then shuts it down and says what it settled.
 //! - [`require_submitted`], [`submitted`]: what a piece of code submitted,
 //!   by name, queue and a part of the payload.
+//! - [`eventually`], [`until_some`]: wait on what can be observed, not on
+//!   a fixed time.
 //! - [`kit`] and [`store_contract!`]: the store's whole contract as test
 //!   cases for any executor, the ones waymark's own executors pass.
 //!
@@ -35,7 +37,9 @@ mod idle;
 pub mod kit;
 pub mod schema;
 mod submitted;
+mod wait;
 
 pub use idle::{run_until_idle, IdleReport, NotIdle};
 pub use schema::TestSchema;
 pub use submitted::{require_submitted, submitted};
+pub use wait::{eventually, until_some};

@@ -24,6 +24,7 @@ async fn main() {
         .worker_id(worker_id.as_str())
         .task("crash.sleep", |ctx, p: serde_json::Value| async move {
             record_run(&ctx).await?;
+            // Real time: work that is still running when the process is killed.
             tokio::time::sleep(Duration::from_millis(p["ms"].as_u64().unwrap_or(100))).await;
             Ok(serde_json::json!({"by": ctx.worker_id()}))
         })

@@ -7,7 +7,7 @@
 
 #![allow(dead_code)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::Rng;
 use tokio::sync::watch;
@@ -87,18 +87,8 @@ pub async fn sessions(url: &str, application_name: &str) -> i64 {
 
 /// Waits (polling, at most `within`) until `sessions` is `n`.
 pub async fn wait_sessions(url: &str, application_name: &str, n: i64, within: Duration) {
-    let started = Instant::now();
-    loop {
-        let now = sessions(url, application_name).await;
-        if now == n {
-            return;
-        }
-        assert!(
-            started.elapsed() < within,
-            "{now} sessions named {application_name}, not {n}, after {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let what = format!("{n} sessions named {application_name}");
+    waymark_testing::eventually(within, &what, || async { sessions(url, application_name).await == n }).await;
 }
 
 /// Ends the backends named `application_name`; how many there were.
@@ -116,9 +106,9 @@ pub async fn terminate(url: &str, application_name: &str) -> i64 {
 
 /// Polls `check` every 10 ms until it is true, at most `within`.
 pub async fn eventually(what: &str, within: Duration, mut check: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !check() {
-        assert!(started.elapsed() < within, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    waymark_testing::eventually(within, what, || {
+        let holds = check();
+        async move { holds }
+    })
+    .await;
 }

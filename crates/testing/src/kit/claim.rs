@@ -1,12 +1,10 @@
 //! Claiming and holding: order and due time, lease recovery, the probe,
 //! heartbeats, lost leases, progress.
 
-use std::time::Duration;
-
 use serde_json::json;
 use waymark_store::{codes, ClaimRequest, ErrorEnvelope, Failure, NewTask, PgExecutor, Store, TaskStatus};
 
-use super::claim;
+use super::{claim, expire_leases};
 
 /// Claim order (priority, then due time), every claim shape, delayed tasks.
 pub async fn claim_order_shapes_and_due_time<E: PgExecutor>(store: &Store<E>) {
@@ -55,7 +53,7 @@ pub async fn expired_leases_are_recovered<E: PgExecutor>(store: &Store<E>) {
     assert_eq!(store.claim(&claim("w1").lease_ms(100).limit(3)).await.expect("claim").len(), 3);
     store.progress(&retried.id, "w1", Some(0.5), Some("half")).await.expect("progress");
     store.cancel(&canceled.id).await.expect("cancel");
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    expire_leases(store, "w1").await;
 
     let again = store.claim(&ClaimRequest::new("w2", ["none"])).await.expect("claim pass");
     assert!(again.is_empty(), "a pass on another queue still recovers");
@@ -82,7 +80,7 @@ pub async fn a_claim_without_its_probe_claims_due_work_and_recovers_nothing<E: P
     assert_eq!(store.claim(&claim("w1").lease_ms(50)).await.expect("claim").len(), 1);
     let low = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
     let high = store.submit(NewTask::new("x", json!({})).priority(5)).await.expect("submit");
-    tokio::time::sleep(Duration::from_millis(150)).await; // w1's lease is gone
+    expire_leases(store, "w1").await;
 
     let got = store.claim(&claim("w2").probe(false)).await.expect("claim without probe");
     assert_eq!(got.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [high.id.as_str()]);
@@ -132,8 +130,8 @@ pub async fn heartbeat_batch_reports_owned_tasks_in_order<E: PgExecutor>(store: 
 /// reported as LostLease.
 pub async fn lost_lease_writes_change_nothing<E: PgExecutor>(store: &Store<E>) {
     let t = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
-    store.claim(&claim("w1").lease_ms(50)).await.expect("claim");
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    store.claim(&claim("w1")).await.expect("claim");
+    expire_leases(store, "w1").await;
     let c = store.claim(&claim("w2")).await.expect("reclaim");
     assert_eq!(c.len(), 1);
     let before = store.fetch(&t.id).await.expect("get");

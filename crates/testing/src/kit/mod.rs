@@ -86,6 +86,24 @@ pub(crate) fn claim(worker: &str) -> ClaimRequest {
     ClaimRequest::new(worker, ["default"]).lease_ms(30_000)
 }
 
+/// Ends the leases `worker` holds, as time would: the next claim pass that
+/// probes finds them expired. Written to the row, so no test waits for a
+/// lease to run out.
+pub(crate) async fn expire_leases<E: PgExecutor>(store: &Store<E>, worker: &str) {
+    raw(
+        store,
+        &format!(
+            "update cairnq_tasks set lease_until_ms = 1 where status = 'running' and worker_id = '{worker}'"
+        ),
+    )
+    .await;
+}
+
+/// Runs `sql` as a script, as another client would.
+pub(crate) async fn raw<E: PgExecutor>(store: &Store<E>, sql: &str) {
+    store.executor().execute_script(sql).await.expect(sql);
+}
+
 pub(crate) async fn count_all<E: PgExecutor>(store: &Store<E>) -> usize {
     store.list(&ListFilter { limit: 10_000, ..ListFilter::default() }).await.expect("list").len()
 }

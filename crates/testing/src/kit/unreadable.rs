@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::json;
 use waymark_store::{ClaimRequest, Error, ListFilter, NewTask, PgExecutor, Store, TaskStatus};
 
-use super::claim;
+use super::{claim, raw};
 
 /// Inserts, with plain SQL, a row whose payload is legal jsonb that
 /// serde_json cannot hold, as any other client may write it.
@@ -89,12 +89,10 @@ pub async fn a_row_it_cannot_read_stops_nothing<E: PgExecutor>(store: &Store<E>)
     let called = store.call(NewTask::new("x", json!({})).queue("calls"), Duration::from_secs(20));
     let answer = async {
         let req = ClaimRequest::new("w3", ["calls"]).lease_ms(30_000);
-        let task = loop {
-            if let Some(t) = store.claim(&req).await.expect("claim").pop() {
-                break t;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        let task = crate::until_some(Duration::from_secs(20), "the called task claimed", || async {
+            store.claim(&req).await.expect("claim").pop()
+        })
+        .await;
         raw(
             store,
             &format!(
@@ -112,8 +110,4 @@ pub async fn a_row_it_cannot_read_stops_nothing<E: PgExecutor>(store: &Store<E>)
         }
         other => panic!("expected UnreadableAnswer naming the result, got {other:?}"),
     }
-}
-
-async fn raw<E: PgExecutor>(store: &Store<E>, sql: &str) {
-    store.executor().execute_script(sql).await.expect(sql);
 }
