@@ -246,3 +246,67 @@ async fn a_worker_listens_to_queued_only_and_a_first_wait_adds_done() {
     drop(store);
     db.drop().await;
 }
+
+/// A watch whose LISTEN stream ends listens again within seconds, not at
+/// its next poll. Here the stream's hub dies with the runtime that started
+/// it (hubs are shared per URL in a process): another runtime opens the
+/// hub first, the test's watch joins it, then that runtime goes away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_whose_stream_ended_listens_again_before_its_poll() {
+    let db = TestDatabase::new().await;
+    let (opened_tx, opened) = std::sync::mpsc::channel::<()>();
+    let (end_tx, end) = std::sync::mpsc::channel::<()>();
+    let url = db.url.clone();
+    let other = std::thread::spawn(move || {
+        let rt =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+        rt.block_on(async {
+            let pool = PgPool::builder(&url).max_size(2).build().expect("pool");
+            let store =
+                Store::connect(pool, waymark_store::ConnectOptions::default()).await.expect("connect");
+            let mut watch = store.watch_queues(["back"], Duration::from_secs(60));
+            watch.next().await;
+            eventually(Duration::from_secs(10), "the first hub listening", || async { store.is_watching() })
+                .await;
+            opened_tx.send(()).expect("tell the test");
+            end.recv().expect("told to end");
+        });
+        drop(rt); // the hub's task goes with it
+    });
+    opened.recv().expect("the other runtime's hub");
+    let store = Arc::new(db_store(&db).await);
+    let (queued_tx, mut queued) = tokio::sync::mpsc::unbounded_channel();
+    let pump = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            // A poll a minute away: only a prompt listen brings the signal.
+            let mut watch = store.watch_queues(["back"], Duration::from_secs(60));
+            loop {
+                if let waymark_store::Signal::Queued(q) = watch.next().await {
+                    let _ = queued_tx.send(q);
+                }
+            }
+        })
+    };
+    eventually(Duration::from_secs(10), "the test's watch on the shared hub", || async {
+        store.is_watching()
+    })
+    .await;
+    end_tx.send(()).expect("end the other runtime");
+    other.join().expect("the other runtime ends");
+    // The stream ended with its hub. A task submitted before the watch
+    // listens again is read by the re-read that listening brings, so keep
+    // submitting until one is pushed: only a new LISTEN can push it.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let pushed = loop {
+        assert!(Instant::now() < deadline, "no queued signal pushed within 15 s");
+        store.submit(NewTask::new("x", json!({})).queue("back")).await.expect("submit");
+        if let Ok(Some(q)) = tokio::time::timeout(Duration::from_millis(500), queued.recv()).await {
+            break q;
+        }
+    };
+    assert_eq!(pushed, "back");
+    pump.abort();
+    drop(store);
+    db.drop().await;
+}

@@ -4,7 +4,10 @@
 //!   tests (`tests/`, and `#[cfg(test)]` code, which by this project's
 //!   habit ends each file) and in the bench's raw-SQL baseline; the words of
 //!   transaction control (`begin`, `commit`, `rollback`) belong to the
-//!   executors. Anything else that reads as a statement is reported.
+//!   executors. Anything else that reads as a statement is reported. The
+//!   check reads plain literals line by line, by the shape of their first
+//!   words: a statement split across lines, built with `concat!` or held
+//!   in a raw string escapes it, which review has to catch.
 //! - Crates depend on each other as the "Layering" list of
 //!   `docs/architecture.md` says, and on no other waymark crate.
 //!

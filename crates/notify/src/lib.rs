@@ -86,8 +86,8 @@
 //!   lock key), closed after an idle timeout, at most `max_hubs`
 //!   ([`RegistryError::Full`] past it: poll).
 //!
-//! This crate depends on tokio-postgres only, never on another waymark
-//! crate.
+//! This crate depends on tokio-postgres and, for the statements a listening
+//! session sends, on `waymark-protocol`; never on the store.
 
 mod backoff;
 mod channel;

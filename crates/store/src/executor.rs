@@ -3,8 +3,8 @@
 //! The store owns the SQL (texts, `$n` order, parameter types, migrations);
 //! an executor owns the connection. Implement these traits over the pool you
 //! already run and the store joins your sessions instead of opening its own.
-//! `waymark-tests` ships a conformance kit that runs the whole store contract
-//! against any executor.
+//! `waymark-testing` ships a contract kit (`store_contract!`) that runs the
+//! whole store contract against any executor.
 
 use std::fmt;
 use std::pin::Pin;

@@ -212,15 +212,26 @@ async fn consume(signals: Weak<Signals>, mut stream: NotificationStream, channel
         s.dispatch(event, channel);
     }
     if let Some(s) = signals.upgrade() {
-        let was_live = {
+        {
             let mut st = s.state.lock().expect("signals lock");
             let slot = st.slot(channel);
             slot.listening = false;
-            std::mem::replace(&mut slot.live, false)
-        };
-        if was_live {
-            tracing::debug!("the listen stream ended; waits poll until it comes back");
-            s.wake_everyone();
+            slot.live = false;
+        }
+        // Live or not yet, the stream is gone (its hub ended: closed, or its
+        // runtime dropped): everyone re-reads, and watches listen again at
+        // once (at most one attempt per RELISTEN_AFTER), rather than at
+        // their next poll.
+        tracing::debug!("the listen stream ended; waits poll until it comes back");
+        s.wake_everyone();
+        // That first try may fall inside RELISTEN_AFTER of the last one:
+        // wake once more when it has passed, so a watch tries again then.
+        drop(s);
+        tokio::time::sleep(RELISTEN_AFTER).await;
+        if let Some(s) = signals.upgrade() {
+            if !s.state.lock().expect("signals lock").slot(channel).listening {
+                s.wake_everyone();
+            }
         }
     }
 }

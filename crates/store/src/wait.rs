@@ -333,6 +333,12 @@ impl<E: PgExecutor> Watch<'_, E> {
                     }
                 }
                 Ok(Ok(Signal::Done(_))) if !self.done => {}
+                // A stream that ended (or came back) says so with a poll:
+                // listen again now, not at the next poll of the timer.
+                Ok(Ok(Signal::Poll)) => {
+                    self.listen().await;
+                    return Signal::Poll;
+                }
                 Ok(Ok(other)) => return other,
                 Ok(Err(broadcast::error::RecvError::Lagged(_))) => return Signal::Poll,
                 Ok(Err(broadcast::error::RecvError::Closed)) => {

@@ -5,7 +5,7 @@
 //! - [`run_until_idle`]: runs a worker until its queues hold nothing due and
 //!   nothing running, then shuts it down and says what it settled.
 //! - [`require_submitted`], [`submitted`]: what a piece of code submitted,
-//!   by name, queue and a part of the payload.
+//!   by name and a part of the payload.
 //! - [`eventually`], [`until_some`]: wait on what can be observed, not on
 //!   a fixed time.
 //! - [`kit`] and [`store_contract!`]: the store's whole contract as test

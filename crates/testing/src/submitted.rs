@@ -1,5 +1,4 @@
-//! What a piece of code submitted: tasks by name, queue and a part of the
-//! payload.
+//! What a piece of code submitted: tasks by name and a part of the payload.
 
 use serde_json::Value as Json;
 use waymark_store::{ListFilter, PgExecutor, Store, Task};

@@ -159,6 +159,13 @@ impl<E: PgExecutor + 'static> Worker<E> {
         &self.shared.settings.queues
     }
 
+    /// The task names it has handlers for (the only ones it claims).
+    pub fn task_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.shared.handlers.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
     /// A handle to stop the worker.
     pub fn handle(&self) -> WorkerHandle {
         let (s2, s3) = (self.shared.clone(), self.shared.clone());
