@@ -296,8 +296,9 @@ async fn a_reclaimed_task_still_winding_down_counts_against_the_concurrency() {
     schema.drop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_commit_the_server_refused_is_recorded_as_the_failure() {
+/// A store beside a table `side` whose unique check is deferred: inserting
+/// the same `n` twice fails the COMMIT, not the insert.
+async fn with_a_deferred_constraint() -> (TestSchema, Arc<Store<PgPool>>) {
     let schema = TestSchema::new().await;
     let store = Arc::new(pool_store(&schema).await);
     store
@@ -307,6 +308,12 @@ async fn a_commit_the_server_refused_is_recorded_as_the_failure() {
         )
         .await
         .expect("side table");
+    (schema, store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_the_server_refused_is_recorded_as_the_failure() {
+    let (schema, store) = with_a_deferred_constraint().await;
     let id = store.submit(NewTask::new("refused", json!({}))).await.expect("submit").id;
     let worker = Worker::builder(store.clone())
         .retry_backoff(Duration::from_secs(60), Duration::from_secs(60))
@@ -336,15 +343,7 @@ async fn a_commit_the_server_refused_is_recorded_as_the_failure() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_refused_after_the_shutdown_token_gives_the_task_back_unspent() {
-    let schema = TestSchema::new().await;
-    let store = Arc::new(pool_store(&schema).await);
-    store
-        .executor()
-        .execute_script(
-            "create table side (n int, constraint side_once unique (n) deferrable initially deferred)",
-        )
-        .await
-        .expect("side table");
+    let (schema, store) = with_a_deferred_constraint().await;
     let id = store.submit(NewTask::new("late", json!({})).max_attempts(1)).await.expect("submit").id;
     let refused = Arc::new(AtomicBool::new(false));
     let seen = refused.clone();

@@ -59,9 +59,8 @@ struct ClaimLoop<'a, E> {
 impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
     fn new(shared: &'a Arc<Shared<E>>, settler: &'a Settler) -> Self {
         let settings = &shared.settings;
-        let names: Vec<String> = shared.handlers.keys().cloned().collect();
         let request = ClaimRequest::new(settings.worker_id.to_string(), settings.queues.iter().cloned())
-            .names(names)
+            .names(shared.task_names())
             .lease_ms(settings.lease_ms);
         ClaimLoop {
             shared,

@@ -78,6 +78,13 @@ impl<E> Shared<E> {
         (self.on_error)(&WorkerError { during: during.into(), error });
     }
 
+    /// The task names it has handlers for, sorted.
+    pub(crate) fn task_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.handlers.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
     pub(crate) fn running_count(&self) -> usize {
         self.state.busy.load(Ordering::SeqCst)
     }
@@ -161,9 +168,7 @@ impl<E: PgExecutor + 'static> Worker<E> {
 
     /// The task names it has handlers for (the only ones it claims).
     pub fn task_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.shared.handlers.keys().cloned().collect();
-        names.sort();
-        names
+        self.shared.task_names()
     }
 
     /// A handle to stop the worker.

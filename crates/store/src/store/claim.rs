@@ -44,13 +44,14 @@ impl<E: PgExecutor> Store<E> {
         // failure that did not land is not replaced.
         let budget = Duration::from_millis(u64::try_from(req.lease_ms / 4).unwrap_or(0));
         let mut refilled = 0i64;
-        while failed > 0
-            && readable.len() < usize::try_from(req.limit).unwrap_or(usize::MAX)
-            && refilled < req.limit
-            && started.elapsed() < budget
-        {
-            let want = req.limit - i64::try_from(readable.len()).unwrap_or(req.limit);
-            let want = want.min(i64::try_from(failed).unwrap_or(i64::MAX)).min(req.limit - refilled);
+        while failed > 0 && started.elapsed() < budget {
+            // No more than the claim is short of, than were failed, or than
+            // the refill's bound has left.
+            let short = req.limit - i64::try_from(readable.len()).unwrap_or(req.limit);
+            let want = short.min(i64::try_from(failed).unwrap_or(i64::MAX)).min(req.limit - refilled);
+            if want <= 0 {
+                break;
+            }
             refilled += want;
             let refill = ClaimRequest { limit: want, probe: false, ..req.clone() };
             claimed = match claim_draw(&mut Autocommit(&self.exec), &refill).await {
