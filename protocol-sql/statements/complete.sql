@@ -1,6 +1,8 @@
--- params: result jsonb, id text, worker_id text
+-- params: result jsonb, id text, worker_id text, attempt int4
 -- Owned write that workers settle with: a requested cancel wins (canceled, result
 -- left untouched); otherwise succeeded with result.
+-- waymark's optional fence: with attempt bound, the write lands only on that
+-- claim of the task (see fail.sql). NULL is the protocol's statement exactly.
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
 )
@@ -16,4 +18,5 @@ update cairnq_tasks as t
    and t.status = 'running'
    and t.worker_id = :worker_id
    and t.lease_until_ms > clock.now_ms
+   and (:attempt::int4 is null or t.attempt = :attempt)
 returning t.*

@@ -1,4 +1,4 @@
--- params: results jsonb, ids text[], worker_id text
+-- params: results jsonb, ids text[], worker_id text, attempts jsonb
 -- waymark addition: `complete` for many tasks of one worker in one
 -- statement. results is a JSON object from task id to that task's result.
 -- Each row is ownership-checked exactly as `complete` checks it, and takes
@@ -9,6 +9,10 @@
 -- them, so the two cannot deadlock on tasks they share; the update then
 -- finds them through the primary key (see claim.sql), and a row we hold
 -- cannot change, so it needs no second ownership check.
+-- waymark's optional fence: attempts is a JSON object from task id to the
+-- attempt of the claim being settled; a row whose id it names settles only
+-- on that claim (see fail.sql). An id it does not name, or a NULL, is
+-- checked as `complete` checks it.
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
 )
@@ -27,6 +31,7 @@ update cairnq_tasks as t
               and status = 'running'
               and worker_id = :worker_id
               and lease_until_ms > (select now_ms from clock)
+              and ((:attempts::jsonb -> id) is null or attempt = (:attempts::jsonb ->> id)::int4)
             order by id
               for update
        ))

@@ -1,5 +1,7 @@
--- params: progress float8, message text, id text, worker_id text
+-- params: progress float8, message text, id text, worker_id text, attempt int4
 -- Owned write; a null leaves that field as it is.
+-- waymark's optional fence: with attempt bound, the write lands only on that
+-- claim of the task (see fail.sql). NULL is the protocol's statement exactly.
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
 )
@@ -12,4 +14,5 @@ update cairnq_tasks as t
    and t.status = 'running'
    and t.worker_id = :worker_id
    and t.lease_until_ms > clock.now_ms
+   and (:attempt::int4 is null or t.attempt = :attempt)
 returning t.*

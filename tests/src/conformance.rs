@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value as Json};
 use waymark_store::{
-    ClaimRequest, Conflict, Error, Failure, ListFilter, NewTask, PgExecutor, PurgeFilter, Store, TaskStatus,
+    ClaimRequest, Conflict, Error, Failure, Lease, ListFilter, NewTask, PgExecutor, PurgeFilter, Store,
+    TaskStatus,
 };
 
 /// A scenario file, parsed.
@@ -235,6 +236,22 @@ impl Args {
         }
     }
 
+    /// A count of milliseconds, as the scenarios spell durations.
+    fn millis(&self, name: &str) -> Result<Option<Duration>, String> {
+        self.int(name)?
+            .map(|n| {
+                u64::try_from(n)
+                    .map(Duration::from_millis)
+                    .map_err(|_| format!("argument {name} must not be negative, got {n}"))
+            })
+            .transpose()
+    }
+
+    /// The lease a step's owned write names: its id and worker_id.
+    fn lease(&self) -> Result<Lease, String> {
+        Ok(Lease::new(self.req_str("id")?, self.req_str("worker_id")?))
+    }
+
     fn int4(&self, name: &str) -> Result<Option<i32>, String> {
         self.int(name)?
             .map(|n| i32::try_from(n).map_err(|_| format!("argument {name} is out of range: {n}")))
@@ -305,7 +322,7 @@ async fn perform<E: PgExecutor>(store: &Store<E>, op: &str, a: &Args) -> Result<
             t.max_attempts = a.int4("max_attempts")?.unwrap_or(t.max_attempts);
             t.priority = a.int4("priority")?.unwrap_or(t.priority);
             t.metadata = a.json("metadata").unwrap_or(t.metadata);
-            t.delay_ms = a.int("delay_ms")?.unwrap_or(0);
+            t.delay = a.millis("delay_ms")?.unwrap_or_default();
             t.parent_id = a.str("parent_id")?;
             t.root_id = a.str("root_id")?;
             t.correlation_id = a.str("correlation_id")?;
@@ -343,7 +360,7 @@ async fn perform<E: PgExecutor>(store: &Store<E>, op: &str, a: &Args) -> Result<
             .await
             .map(to_json),
         "purge" => {
-            let mut filter = PurgeFilter::older_than_ms(a.int("older_than_ms")?.unwrap_or(0));
+            let mut filter = PurgeFilter::older_than(a.millis("older_than_ms")?.unwrap_or_default());
             filter.queue = a.str("queue")?;
             filter.status = a.status("status")?;
             filter.name = a.str("name")?;
@@ -354,19 +371,19 @@ async fn perform<E: PgExecutor>(store: &Store<E>, op: &str, a: &Args) -> Result<
             let mut req =
                 ClaimRequest::new(a.req_str("worker_id")?, a.strings("queues")?.unwrap_or_default());
             req.names = a.strings("names")?;
-            req.lease_ms = a.int("lease_ms")?.unwrap_or(req.lease_ms);
+            req.lease = a.millis("lease_ms")?.unwrap_or(req.lease);
             req.limit = a.int("limit")?.unwrap_or(req.limit);
             store.claim(&req).await.map(to_json)
         }
         "heartbeat" => store
-            .heartbeat(&a.req_str("id")?, &a.req_str("worker_id")?, a.int("lease_ms")?.unwrap_or(30_000))
+            .heartbeat(&a.lease()?, a.millis("lease_ms")?.unwrap_or(Duration::from_secs(30)))
             .await
             .map(to_json),
         "heartbeat_batch" => store
             .heartbeat_batch(
                 &a.strings("ids")?.unwrap_or_default(),
                 &a.req_str("worker_id")?,
-                a.int("lease_ms")?.unwrap_or(30_000),
+                a.millis("lease_ms")?.unwrap_or(Duration::from_secs(30)),
             )
             .await
             // FORMAT.md: each row is {id, cancel_requested} with a boolean,
@@ -377,36 +394,21 @@ async fn perform<E: PgExecutor>(store: &Store<E>, op: &str, a: &Args) -> Result<
                     .map(|b| json!({"id": b.id, "cancel_requested": b.cancel_requested_at_ms.is_some()}))
                     .collect::<Json>()
             }),
-        "progress" => store
-            .progress(
-                &a.req_str("id")?,
-                &a.req_str("worker_id")?,
-                a.float("progress")?,
-                a.str("message")?.as_deref(),
-            )
-            .await
-            .map(to_json),
+        "progress" => {
+            store.progress(&a.lease()?, a.float("progress")?, a.str("message")?.as_deref()).await.map(to_json)
+        }
         "succeed" => store
-            .succeed(
-                &a.req_str("id")?,
-                &a.req_str("worker_id")?,
-                a.json("result").unwrap_or(Json::Null),
-                a.str("message")?.as_deref(),
-            )
+            .succeed(&a.lease()?, a.json("result").unwrap_or(Json::Null), a.str("message")?.as_deref())
             .await
             .map(to_json),
-        "complete" => store
-            .complete(&a.req_str("id")?, &a.req_str("worker_id")?, a.json("result").unwrap_or(Json::Null))
-            .await
-            .map(to_json),
+        "complete" => store.complete(&a.lease()?, a.json("result").unwrap_or(Json::Null)).await.map(to_json),
         "fail" => {
             let failure = Failure {
                 error: a.json("error").unwrap_or_else(|| json!({})),
                 retryable: a.bool("retryable")?.unwrap_or(true),
-                delay_ms: a.int("delay_ms")?.unwrap_or(0),
-                attempt: None,
+                delay: a.millis("delay_ms")?.unwrap_or_default(),
             };
-            store.fail(&a.req_str("id")?, &a.req_str("worker_id")?, &failure).await.map(to_json)
+            store.fail(&a.lease()?, &failure).await.map(to_json)
         }
         other => return Err(format!("unknown op {other:?}")),
     };

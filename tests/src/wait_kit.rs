@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio::sync::oneshot;
 use waymark_store::protocol::{ParamType, Statement};
+use waymark_store::Lease;
 use waymark_store::{
     codes, ClaimRequest, Conflict, Error, Failure, Lane, NewTask, PgExecutor, Signal, Sql, Store, TaskStatus,
     Value,
@@ -69,13 +70,15 @@ async fn fail_one<E: PgExecutor>(store: &Store<E>, queue: &str) -> String {
 /// Fails task `id`, held by worker `wk`, with no retry left.
 async fn fail_for_good<E: PgExecutor>(store: &Store<E>, id: &str) {
     let envelope = json!({"type": "E", "code": codes::TASK_ERROR, "message": "first run", "retryable": false, "details": {}});
-    store.fail(id, "wk", &Failure::new(envelope).retryable(false)).await.expect("fail");
+    store.fail(&Lease::new(id, "wk"), &Failure::new(envelope).retryable(false)).await.expect("fail");
 }
 
 /// Claims the one task in `queue` as `worker`.
 async fn claim_one<E: PgExecutor>(store: &Store<E>, queue: &str, worker: &str) -> String {
-    let claimed =
-        store.claim(&ClaimRequest::new(worker, [queue]).limit(1).lease_ms(30_000)).await.expect("claim");
+    let claimed = store
+        .claim(&ClaimRequest::new(worker, [queue]).limit(1).lease(Duration::from_millis(30_000)))
+        .await
+        .expect("claim");
     assert_eq!(claimed.len(), 1, "one task to claim in {queue}");
     claimed[0].id.clone()
 }
@@ -94,7 +97,7 @@ where
         tokio::time::sleep(Duration::from_millis(150)).await;
         let claimed = claim_one(&settler, "w1", "wk").await;
         assert_eq!(claimed, id);
-        settler.complete(&id, "wk", json!({"y": 2})).await.expect("complete");
+        settler.complete(&Lease::new(&id, "wk"), json!({"y": 2})).await.expect("complete");
     });
     let done = store.wait(&task.id, Duration::from_secs(10)).await.expect("wait");
     settle.await.expect("settler");
@@ -138,13 +141,16 @@ where
     // A worker elsewhere fails the first task permanently.
     let worker = store.clone();
     let failing = tokio::spawn(async move {
-        let req = ClaimRequest::new("wk-fail", ["w3"]).limit(1).lease_ms(30_000);
+        let req = ClaimRequest::new("wk-fail", ["w3"]).limit(1).lease(Duration::from_millis(30_000));
         let t = until_some(Duration::from_secs(10), "the call's task to claim", || async {
             worker.claim(&req).await.expect("claim").pop()
         })
         .await;
         let envelope = json!({"type": "ValueError", "code": codes::TASK_ERROR, "message": "bad input", "retryable": false, "details": {}});
-        worker.fail(&t.id, "wk-fail", &Failure::new(envelope).retryable(false)).await.expect("fail");
+        worker
+            .fail(&Lease::new(&t.id, "wk-fail"), &Failure::new(envelope).retryable(false))
+            .await
+            .expect("fail");
     });
     let err = store
         .call(NewTask::new("w.fails", json!({})).queue("w3").max_attempts(1), Duration::from_secs(10))
@@ -195,7 +201,7 @@ where
             .expect("replace");
         let claimed = claim_one(&other, "w5", "wk").await;
         assert_eq!(claimed, second.id);
-        other.complete(&second.id, "wk", json!("second")).await.expect("complete");
+        other.complete(&Lease::new(&second.id, "wk"), json!("second")).await.expect("complete");
         second.id
     });
     // The first task ends canceled, but the key now names the second:
@@ -257,7 +263,7 @@ fn retried_then_completed<E: PgExecutor + Clone + 'static>(
         let id = retried.await.expect("the hook ran");
         reread.await.expect("the re-read answered");
         assert_eq!(claim_one(&worker, queue, "wk2").await, id);
-        worker.complete(&id, "wk2", json!("second run")).await.expect("complete");
+        worker.complete(&Lease::new(&id, "wk2"), json!("second run")).await.expect("complete");
         id
     });
     (waiter, second_run)
@@ -282,7 +288,7 @@ where
     let (failed_tx, failed) = oneshot::channel::<String>();
     let failer = store.clone();
     let first_run = tokio::spawn(async move {
-        let req = ClaimRequest::new("wk", ["w8"]).limit(1).lease_ms(30_000);
+        let req = ClaimRequest::new("wk", ["w8"]).limit(1).lease(Duration::from_millis(30_000));
         let id = until_some(Duration::from_secs(10), "the first run to claim", || async {
             failer.claim(&req).await.expect("claim").pop().map(|t| t.id)
         })
@@ -359,7 +365,7 @@ where
         let task =
             other.submit(NewTask::new("w.later", json!({})).queue("w11").key("w11:k")).await.expect("submit");
         assert_eq!(claim_one(&other, "w11", "wk").await, task.id);
-        other.complete(&task.id, "wk", json!("arrived")).await.expect("complete");
+        other.complete(&Lease::new(&task.id, "wk"), json!("arrived")).await.expect("complete");
         submitted_tx.send(task.id).expect("the test waits");
     });
     let done = waiter.wait_by_key("w11:k", Duration::from_secs(10)).await.expect("wait_by_key");
@@ -379,7 +385,7 @@ where
 pub async fn a_timeout_carries_the_last_snapshot_of_the_task<E: PgExecutor>(store: &Store<E>) {
     let task = store.submit(NewTask::new("w.long", json!({"n": 7})).queue("w12")).await.expect("submit");
     assert_eq!(claim_one(store, "w12", "wk").await, task.id);
-    store.progress(&task.id, "wk", Some(0.5), Some("halfway")).await.expect("progress");
+    store.progress(&Lease::new(&task.id, "wk"), Some(0.5), Some("halfway")).await.expect("progress");
     let err = store.wait(&task.id, Duration::from_millis(300)).await.expect_err("still running");
     let last = err.last_snapshot().expect("a snapshot");
     assert_eq!((last.id.as_str(), last.status), (task.id.as_str(), TaskStatus::Running));

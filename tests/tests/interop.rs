@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value as Json};
 use waymark_pool::PgPool;
+use waymark_store::Lease;
 use waymark_store::{ClaimRequest, ConnectOptions, Failure, NewTask, Store, Task, TaskStatus};
 use waymark_tests::db::admin_client;
 use waymark_tests::{eventually, python, until_some, TestDatabase};
@@ -206,21 +207,22 @@ async fn python_client_rust_worker() {
         "retryable": true,
         "details": {},
     });
-    store.complete(&plain, RUST_WORKER, json!({"doubled": 42})).await.unwrap();
-    store.complete(&keyed, RUST_WORKER, json!({"doubled": 10})).await.unwrap();
+    store.complete(&Lease::new(&plain, RUST_WORKER), json!({"doubled": 42})).await.unwrap();
+    store.complete(&Lease::new(&keyed, RUST_WORKER), json!({"doubled": 10})).await.unwrap();
     // A top-level JSON string as a result: cairnq must not parse it twice.
-    store.complete(&echo, RUST_WORKER, json!("h\u{e9}llo \u{2713}")).await.unwrap();
+    store.complete(&Lease::new(&echo, RUST_WORKER), json!("h\u{e9}llo \u{2713}")).await.unwrap();
     let failed = store
-        .fail(&explode, RUST_WORKER, &Failure::new(explode_error.clone()).retryable(false))
+        .fail(&Lease::new(&explode, RUST_WORKER), &Failure::new(explode_error.clone()).retryable(false))
         .await
         .unwrap();
     assert_eq!(failed.status, TaskStatus::Failed, "permanent, though attempts remain");
-    let requeued = store.fail(&flaky, RUST_WORKER, &Failure::new(flaky_error.clone())).await.unwrap();
+    let requeued =
+        store.fail(&Lease::new(&flaky, RUST_WORKER), &Failure::new(flaky_error.clone())).await.unwrap();
     assert_eq!(requeued.status, TaskStatus::Queued, "retryable with an attempt left");
     let again = store.claim(&ClaimRequest::new(RUST_WORKER, ["default"]).limit(50)).await.unwrap();
     assert_eq!(again.len(), 1, "only the requeued task is due: {again:?}");
     assert_eq!((again[0].id.as_str(), again[0].attempt), (flaky.as_str(), 2));
-    store.complete(&flaky, RUST_WORKER, json!({"ok": true})).await.unwrap();
+    store.complete(&Lease::new(&flaky, RUST_WORKER), json!({"ok": true})).await.unwrap();
 
     // What the Python client's wait() saw.
     let waited = waiter.await.expect("the Python waiter");

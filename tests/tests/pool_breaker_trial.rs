@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use waymark_pool::BreakerState;
+use waymark_store::Lease;
 use waymark_store::{ClaimRequest, ExecErrorKind, NewTask, PgExecutor, PgSession, PgTransaction};
 use waymark_tests::proxy::{pool_through, proxy_for};
 use waymark_tests::{connect_in, eventually, until_some, TestSchema};
@@ -33,7 +34,10 @@ async fn a_transaction_taken_as_the_trial_does_not_fence_heartbeats() {
     proxy.set_down(true);
     let mut opened = false;
     for _ in 0..20 {
-        let err = store.heartbeat(&task.id, "w1", 30_000).await.expect_err("server away");
+        let err = store
+            .heartbeat(&Lease::new(&task.id, "w1"), Duration::from_secs(30))
+            .await
+            .expect_err("server away");
         if err.exec_kind() == Some(ExecErrorKind::CircuitOpen) {
             opened = true;
             break;
@@ -55,14 +59,20 @@ async fn a_transaction_taken_as_the_trial_does_not_fence_heartbeats() {
 
     // While that transaction stays open, the rest of the process works.
     for _ in 0..3 {
-        store.heartbeat(&task.id, "w1", 30_000).await.expect("a heartbeat beside the open transaction");
+        store
+            .heartbeat(&Lease::new(&task.id, "w1"), Duration::from_secs(30))
+            .await
+            .expect("a heartbeat beside the open transaction");
     }
-    let beats = store.heartbeat_batch(std::slice::from_ref(&task.id), "w1", 30_000).await.expect("batch");
+    let beats = store
+        .heartbeat_batch(std::slice::from_ref(&task.id), "w1", Duration::from_secs(30))
+        .await
+        .expect("batch");
     assert_eq!(beats.len(), 1);
 
     // Dropped without an outcome, the transaction does not reopen it.
     drop(tx);
-    store.heartbeat(&task.id, "w1", 30_000).await.expect("after the drop");
+    store.heartbeat(&Lease::new(&task.id, "w1"), Duration::from_secs(30)).await.expect("after the drop");
     assert_eq!(store.executor().stats().breaker, BreakerState::Closed);
 
     // A transaction that is committed is fine too.

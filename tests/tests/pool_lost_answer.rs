@@ -4,6 +4,7 @@
 
 use serde_json::json;
 use waymark_pool::PgPool;
+use waymark_store::Lease;
 use waymark_store::{ClaimRequest, ExecErrorKind, Failure, NewTask, Store, TaskStatus};
 use waymark_tests::db::admin_client;
 use waymark_tests::proxy::{pool_through, proxy_for, AnswerCuttingProxy};
@@ -73,13 +74,12 @@ async fn a_resent_failure_never_lands_on_a_later_claim() {
     let store = store_through(&proxy, &schema).await;
     let task = store.submit(NewTask::new("fenced", json!({}))).await.expect("submit");
     let claim = ClaimRequest::new("w1", ["default"]).limit(1);
-    assert_eq!(store.claim(&claim).await.expect("claim")[0].attempt, 1);
+    let first = store.claim(&claim).await.expect("claim")[0].lease().expect("claimed");
+    assert_eq!(first.attempt(), Some(1));
 
-    let failure = Failure::new(json!({"type": "E", "code": "task_error", "message": "m", "retryable": true}))
-        .delay_ms(0)
-        .on_attempt(1);
+    let failure = Failure::new(json!({"type": "E", "code": "task_error", "message": "m", "retryable": true}));
     proxy.arm("The error is kept on every branch");
-    let err = store.fail(&task.id, "w1", &failure).await.expect_err("the answer was lost");
+    let err = store.fail(&first, &failure).await.expect_err("the answer was lost");
     assert_eq!(err.exec_kind(), Some(ExecErrorKind::Connection), "{err}");
     assert_eq!(proxy.cuts(), 1);
     let after = store.fetch(&task.id).await.expect("fetch");
@@ -87,16 +87,16 @@ async fn a_resent_failure_never_lands_on_a_later_claim() {
 
     // Backoff 0: the same worker claims the task again before the resend.
     assert_eq!(store.claim(&claim).await.expect("claim again")[0].attempt, 2);
-    let resent = store.fail(&task.id, "w1", &failure).await.expect_err("fenced to attempt 1");
+    let resent = store.fail(&first, &failure).await.expect_err("fenced to attempt 1");
     assert!(resent.is_lost_lease(), "{resent}");
     let now = store.fetch(&task.id).await.expect("fetch");
     assert_eq!((now.status, now.attempt), (TaskStatus::Running, 2), "the new claim is untouched");
-    let released = store.release_attempt(&task.id, "w1", Some(1)).await.expect_err("release is fenced too");
+    let released = store.release(&first).await.expect_err("release is fenced too");
     assert!(released.is_lost_lease(), "{released}");
 
     // The protocol's unfenced form lands on the new claim: the hazard.
-    let unfenced = Failure { attempt: None, ..failure };
-    let landed = store.fail(&task.id, "w1", &unfenced).await.expect("lands on attempt 2");
+    let unfenced = Lease::new(&task.id, "w1");
+    let landed = store.fail(&unfenced, &failure).await.expect("lands on attempt 2");
     assert_eq!((landed.status, landed.attempt), (TaskStatus::Queued, 2));
     schema.drop().await;
 }

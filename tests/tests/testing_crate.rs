@@ -19,7 +19,7 @@ async fn a_worker_runs_until_nothing_is_due_and_what_was_submitted_is_found() {
     }
     // A task due in an hour is not work for now: it must not keep the
     // worker from being idle.
-    let later = NewTask::new("double", json!({ "n": 99 })).delay_ms(3_600_000);
+    let later = NewTask::new("double", json!({ "n": 99 })).delay(Duration::from_millis(3_600_000));
     let later = store.submit(later).await.expect("submit");
     let worker = Worker::builder(store.clone())
         .task("double", |ctx, p: serde_json::Value| async move {

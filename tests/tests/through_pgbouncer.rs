@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use waymark_pool::PgPool;
+use waymark_store::Lease;
 use waymark_store::{ConnectOptions, Store};
 use waymark_tests::cluster::server_url;
 use waymark_tests::conformance::{load_scenarios, run_scenario};
@@ -76,7 +77,7 @@ async fn waits_through_pgbouncer_finish_by_polling() {
         // Real time: the waiter parked on its backstop before the commit;
         // nothing outside the store marks that moment.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        store.complete(&task.id, "w", serde_json::json!(i)).await.expect("complete");
+        store.complete(&Lease::new(&task.id, "w"), serde_json::json!(i)).await.expect("complete");
         let committed = Instant::now();
         let (returned, done) = waiter.await.expect("waiter").expect("wait");
         assert_eq!(done.status, TaskStatus::Succeeded);

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use waymark_pool::PgPool;
+use waymark_store::Lease;
 use waymark_store::{ClaimRequest, NewTask, Store, TaskStatus};
 use waymark_tests::{eventually, pool_store, TestDatabase, TestSchema};
 
@@ -46,7 +47,7 @@ async fn a_wait_returns_within_milliseconds_of_the_completion_commit() {
         // backstop before the commit, and nothing outside the store marks
         // that moment (done too early, the wait would answer from its read).
         tokio::time::sleep(Duration::from_millis(15)).await;
-        store.complete(&task.id, "w", json!(i)).await.expect("complete");
+        store.complete(&Lease::new(&task.id, "w"), json!(i)).await.expect("complete");
         let committed = Instant::now();
         let (returned, done) = waiter.await.expect("waiter");
         assert_eq!(done.status, TaskStatus::Succeeded);
@@ -77,7 +78,7 @@ async fn a_completion_racing_the_first_read_is_not_lost() {
                 store.wait(&id, Duration::from_secs(10)).await.map(|t| (Instant::now(), t))
             })
         };
-        store.complete(&task.id, "w", json!(i)).await.expect("complete");
+        store.complete(&Lease::new(&task.id, "w"), json!(i)).await.expect("complete");
         let committed = Instant::now();
         let (returned, done) = waiter.await.expect("waiter").expect("wait");
         assert_eq!(done.status, TaskStatus::Succeeded);
@@ -111,8 +112,7 @@ async fn five_thousand_waiters_share_one_listener() {
         let items: Vec<_> = claimed
             .iter()
             .map(|t| waymark_store::Settlement::Complete {
-                id: t.id.clone(),
-                worker_id: "w".into(),
+                lease: t.lease().expect("claimed"),
                 result: json!(1),
             })
             .collect();
@@ -155,7 +155,7 @@ async fn waits_finish_across_a_killed_listener_and_listening_comes_back() {
         .expect("terminate")
         .get(0);
     assert_eq!(killed, 1, "one listener to kill");
-    store.complete(&task.id, "w", json!("after the kill")).await.expect("complete");
+    store.complete(&Lease::new(&task.id, "w"), json!("after the kill")).await.expect("complete");
     let done = waiter.await.expect("waiter").expect("the wait still finishes");
     assert_eq!(done.result, Some(json!("after the kill")));
     // The hub reconnects by itself; pushed waits work again.
@@ -180,7 +180,7 @@ async fn waits_finish_across_a_killed_listener_and_listening_comes_back() {
     };
     // Real time: the waiter parked before the commit (see above).
     tokio::time::sleep(Duration::from_millis(30)).await;
-    store.complete(&again.id, "w", json!(2)).await.expect("complete");
+    store.complete(&Lease::new(&again.id, "w"), json!(2)).await.expect("complete");
     let committed = Instant::now();
     let returned = waiter.await.expect("waiter").expect("wait");
     assert!(

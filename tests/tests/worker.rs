@@ -275,7 +275,7 @@ async fn heartbeats_keep_a_slow_task_and_a_paused_heartbeat_loses_it() {
     })
     .await;
     let stolen = store
-        .claim(&ClaimRequest::new("thief", ["lease"]).limit(1).lease_ms(60_000))
+        .claim(&ClaimRequest::new("thief", ["lease"]).limit(1).lease(Duration::from_millis(60_000)))
         .await
         .expect("claim after expiry");
     assert_eq!(stolen.len(), 1);
@@ -397,8 +397,10 @@ async fn complete_in_commits_the_handlers_rows_with_the_settlement_or_neither() 
         )
         .await
         .expect("expire the lease");
-    let thief =
-        store.claim(&ClaimRequest::new("thief", ["tx"]).limit(1).lease_ms(60_000)).await.expect("claim");
+    let thief = store
+        .claim(&ClaimRequest::new("thief", ["tx"]).limit(1).lease(Duration::from_millis(60_000)))
+        .await
+        .expect("claim");
     assert_eq!(thief.len(), 1);
     stolen_now.notify_one();
     eventually(Duration::from_secs(10), "the robbed run to end", || async { handle.running() == 0 }).await;
@@ -446,8 +448,10 @@ async fn shutdown_under_load_gives_unfinished_tasks_back_at_once() {
     let counts = store.stats(Some("sd")).await.expect("stats")["sd"];
     assert_eq!((counts.queued, counts.running, counts.succeeded), (40, 0, 0), "nothing lost: {counts:?}");
     // Given back due now and with the attempt unspent: claimable at once.
-    let again =
-        store.claim(&ClaimRequest::new("next", ["sd"]).limit(40).lease_ms(10_000)).await.expect("claim");
+    let again = store
+        .claim(&ClaimRequest::new("next", ["sd"]).limit(40).lease(Duration::from_millis(10_000)))
+        .await
+        .expect("claim");
     assert_eq!(again.len(), 40);
     assert!(again.iter().all(|t| t.attempt == 1), "no attempt was burnt by the shutdown");
     schema.drop().await;
@@ -469,7 +473,7 @@ async fn a_busy_worker_still_recovers_expired_leases_every_poll_interval() {
         .await
         .expect("ghost");
     let taken = store
-        .claim(&ClaimRequest::new("ghost-worker", ["busy"]).limit(1).lease_ms(100))
+        .claim(&ClaimRequest::new("ghost-worker", ["busy"]).limit(1).lease(Duration::from_millis(100)))
         .await
         .expect("the ghost claims it");
     assert_eq!(taken[0].id, ghost.id);

@@ -165,7 +165,7 @@ async fn a_handler_stuck_in_blocking_code_cannot_hold_shutdown() {
     assert_eq!((left.status, left.attempt), (TaskStatus::Running, 1), "the stuck task stays with its run");
     let claim = waymark_store::ClaimRequest::new("another", ["default"])
         .names(vec!["stuck".to_owned()])
-        .lease_ms(30_000);
+        .lease(Duration::from_millis(30_000));
     let again = eventually(Duration::from_secs(10), "the stuck task back on its lease's expiry", || {
         let (store, claim) = (&store, &claim);
         async move { !store.claim(claim).await.expect("claim").is_empty() }

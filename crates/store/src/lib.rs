@@ -13,7 +13,7 @@
 //! let task = store.submit(NewTask::new("email.send", json!({"to": "ada@example.com"}))).await?;
 //!
 //! for claimed in store.claim(&ClaimRequest::new("worker-1", ["default"]).limit(10)).await? {
-//!     store.complete(&claimed.id, "worker-1", json!({"sent": true})).await?;
+//!     store.complete(&claimed.lease()?, json!({"sent": true})).await?;
 //! }
 //! assert!(store.fetch(&task.id).await?.status.is_terminal());
 //! # Ok(()) }
@@ -28,6 +28,7 @@ mod backoff;
 mod error;
 mod executor;
 mod id;
+mod lease;
 mod migrate;
 mod options;
 mod signals;
@@ -44,6 +45,7 @@ pub use executor::{
     PgTransaction, Sql,
 };
 pub use id::{new_task_id, task_id_from_parts};
+pub use lease::Lease;
 pub use migrate::{MigrationReport, MigrationState};
 pub use options::{ClaimRequest, Conflict, Failure, ListFilter, NewTask, PurgeFilter};
 pub use signals::Signal;

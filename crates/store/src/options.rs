@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use serde_json::Value as Json;
 
@@ -84,8 +85,9 @@ pub struct NewTask {
     pub priority: i32,
     /// A JSON object. Defaults to `{}`.
     pub metadata: Json,
-    /// Delay before the task is due, in ms, at least 0. Defaults to 0.
-    pub delay_ms: i64,
+    /// Delay before the task is due, in whole milliseconds (rounded down).
+    /// Defaults to none.
+    pub delay: Duration,
     /// The submitting task. Defaults to none.
     pub parent_id: Option<String>,
     /// The tree's root. Defaults to the task's own id.
@@ -106,7 +108,7 @@ impl NewTask {
             max_attempts: 3,
             priority: 0,
             metadata: Json::Object(Default::default()),
-            delay_ms: 0,
+            delay: Duration::ZERO,
             parent_id: None,
             root_id: None,
             correlation_id: None,
@@ -149,9 +151,9 @@ impl NewTask {
         self
     }
 
-    /// Delays the task by `ms` milliseconds.
-    pub fn delay_ms(mut self, ms: i64) -> Self {
-        self.delay_ms = ms;
+    /// Delays the task by `delay`.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
         self
     }
 
@@ -185,9 +187,7 @@ impl NewTask {
                 self.max_attempts
             )));
         }
-        if self.delay_ms < 0 {
-            return Err(Error::invalid(format!("delay_ms must not be negative, got {}", self.delay_ms)));
-        }
+        millis("delay", self.delay)?;
         if !self.metadata.is_object() {
             return Err(Error::invalid("metadata must be a JSON object"));
         }
@@ -207,8 +207,8 @@ pub struct ClaimRequest {
     /// Handler names to claim; `None` means any, an empty list claims nothing.
     /// Defaults to `None`.
     pub names: Option<Vec<String>>,
-    /// Lease length in ms, at least 1. Defaults to 30000.
-    pub lease_ms: i64,
+    /// Lease length, at least 1 ms. Defaults to 30 s.
+    pub lease: Duration,
     /// Most tasks to claim; 0 or less claims nothing. Defaults to 1.
     pub limit: i64,
     /// Whether the pass starts with the probe (and lease recovery when it
@@ -226,7 +226,7 @@ impl ClaimRequest {
             worker_id: worker_id.into(),
             queues: queues.into_iter().map(Into::into).collect(),
             names: None,
-            lease_ms: 30_000,
+            lease: Duration::from_secs(30),
             limit: 1,
             probe: true,
         }
@@ -239,8 +239,8 @@ impl ClaimRequest {
     }
 
     /// Sets the lease length.
-    pub fn lease_ms(mut self, ms: i64) -> Self {
-        self.lease_ms = ms;
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
         self
     }
 
@@ -299,16 +299,16 @@ pub struct PurgeFilter {
     pub status: Option<TaskStatus>,
     /// Only this handler name. Defaults to any.
     pub name: Option<String>,
-    /// Only tasks completed more than this many ms ago, at least 0.
-    pub older_than_ms: i64,
+    /// Only tasks completed longer ago than this.
+    pub older_than: Duration,
     /// Most rows per call, at least 1. Defaults to 1000.
     pub limit: i64,
 }
 
 impl PurgeFilter {
-    /// Terminal tasks completed more than `older_than_ms` ago, 1000 at most.
-    pub fn older_than_ms(older_than_ms: i64) -> Self {
-        PurgeFilter { queue: None, status: None, name: None, older_than_ms, limit: 1000 }
+    /// Terminal tasks completed longer ago than `older_than`, 1000 at most.
+    pub fn older_than(older_than: Duration) -> Self {
+        PurgeFilter { queue: None, status: None, name: None, older_than, limit: 1000 }
     }
 }
 
@@ -319,19 +319,14 @@ pub struct Failure {
     pub error: Json,
     /// Whether another attempt may run, if attempts remain. Defaults to true.
     pub retryable: bool,
-    /// Delay before the retry is due, at least 0. Defaults to 0.
-    pub delay_ms: i64,
-    /// The claim this failure is for: with `Some(n)` it lands only while
-    /// the task is on attempt `n`, so a failure resent after a lost answer
-    /// never settles a later claim of the same task by the same worker.
-    /// Defaults to `None` (the protocol's check: id, worker, live lease).
-    pub attempt: Option<i32>,
+    /// Delay before the retry is due. Defaults to none.
+    pub delay: Duration,
 }
 
 impl Failure {
     /// A retryable failure with `error`, due again at once.
     pub fn new(error: Json) -> Self {
-        Failure { error, retryable: true, delay_ms: 0, attempt: None }
+        Failure { error, retryable: true, delay: Duration::ZERO }
     }
 
     /// Sets whether it may be retried.
@@ -341,15 +336,24 @@ impl Failure {
     }
 
     /// Sets the retry delay.
-    pub fn delay_ms(mut self, ms: i64) -> Self {
-        self.delay_ms = ms;
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
         self
     }
+}
 
-    /// Fences the failure to the claim on `attempt` (see [`Failure::attempt`]).
-    pub fn on_attempt(mut self, attempt: i32) -> Self {
-        self.attempt = Some(attempt);
-        self
+/// `d` in whole milliseconds, as the protocol's int8 slots take it; an
+/// error naming `what` past the slot's range.
+pub(crate) fn millis(what: &str, d: Duration) -> Result<i64> {
+    i64::try_from(d.as_millis())
+        .map_err(|_| Error::invalid(format!("{what} of {d:?} is too long: at most i64::MAX ms")))
+}
+
+/// A lease length in ms: at least 1.
+pub(crate) fn lease_millis(d: Duration) -> Result<i64> {
+    match millis("lease", d)? {
+        0 => Err(Error::invalid(format!("lease must be at least 1 ms, got {d:?}"))),
+        ms => Ok(ms),
     }
 }
 

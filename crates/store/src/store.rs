@@ -11,8 +11,8 @@ use waymark_protocol::Statement;
 
 use crate::error::{Error, Result};
 use crate::executor::{Lane, PgExecutor, PgSession, PgTransaction};
+use crate::lease::Lease;
 use crate::migrate::{self, MigrationReport, MigrationState, MigrationTimeouts};
-use crate::options::non_empty;
 use crate::signals::Signals;
 use crate::statements::{run, run_opt, Binds};
 use crate::task::Task;
@@ -192,23 +192,18 @@ async fn owned<S: PgSession + ?Sized>(
     s: &mut S,
     stmt: Statement,
     mut binds: Binds,
-    id: &str,
-    worker_id: &str,
+    lease: &Lease,
 ) -> Result<Task> {
-    non_empty("task id", id)?;
-    non_empty("worker_id", worker_id)?;
-    binds.extend([("id", Value::from(id)), ("worker_id", Value::from(worker_id))]);
-    task_opt(s, stmt, binds)
-        .await?
-        .ok_or_else(|| Error::LostLease { task_id: id.to_owned(), worker_id: worker_id.to_owned() })
-}
-
-fn positive_lease(lease_ms: i64) -> Result<()> {
-    if lease_ms < 1 {
-        Err(Error::invalid(format!("lease_ms must be at least 1, got {lease_ms}")))
-    } else {
-        Ok(())
-    }
+    lease.check()?;
+    binds.extend([
+        ("id", Value::from(lease.task_id())),
+        ("worker_id", Value::from(lease.worker_id())),
+        ("attempt", lease.attempt().into()),
+    ]);
+    task_opt(s, stmt, binds).await?.ok_or_else(|| Error::LostLease {
+        task_id: lease.task_id().to_owned(),
+        worker_id: lease.worker_id().to_owned(),
+    })
 }
 
 async fn task_opt<S: PgSession + ?Sized>(s: &mut S, stmt: Statement, binds: Binds) -> Result<Option<Task>> {

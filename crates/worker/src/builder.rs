@@ -111,7 +111,7 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
 
     /// Retry backoff of failed runs. Defaults to base 1 s, max 30 s.
     pub fn retry_backoff(mut self, base: Duration, max: Duration) -> Self {
-        self.backoff = RetryBackoff { base_ms: base.as_millis() as i64, max_ms: max.as_millis() as i64 };
+        self.backoff = RetryBackoff { base, max };
         self
     }
 
@@ -183,7 +183,7 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
         let settings = Settings {
             queues: self.queues,
             concurrency: self.concurrency,
-            lease_ms: i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX),
+            lease: self.lease,
             heartbeat,
             poll_interval: self.poll_interval,
             max_run_time: self.max_run_time,

@@ -61,7 +61,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         let settings = &shared.settings;
         let request = ClaimRequest::new(settings.worker_id.to_string(), settings.queues.iter().cloned())
             .names(shared.task_names())
-            .lease_ms(settings.lease_ms);
+            .lease(settings.lease);
         ClaimLoop {
             shared,
             settler,

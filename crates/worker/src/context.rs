@@ -7,8 +7,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value as Json;
+use std::time::Duration;
 use tokio::sync::watch;
-use waymark_store::{Error, NewTask, PgExecutor, PgTransaction, Result, RetryBackoff, Store, Task};
+
+use waymark_store::{Error, Lease, NewTask, PgExecutor, PgTransaction, Result, RetryBackoff, Store, Task};
 
 /// Why a task's token fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,9 +29,8 @@ pub enum CancelReason {
 /// The worker's record of one unsettled task, shared with its handler.
 #[derive(Debug)]
 pub(crate) struct Running {
-    pub(crate) id: String,
-    /// The claim's attempt: the worker's own writes are fenced to it.
-    pub(crate) attempt: i32,
+    /// The claim, fenced to its attempt: the worker's own writes name it.
+    pub(crate) lease: Lease,
     cancel: watch::Sender<Option<CancelReason>>,
     lost: AtomicBool,
     /// Settled (or given back): no other write may follow.
@@ -42,16 +43,19 @@ pub(crate) struct Running {
 }
 
 impl Running {
-    pub(crate) fn new(id: String, attempt: i32) -> Arc<Self> {
+    pub(crate) fn new(lease: Lease) -> Arc<Self> {
         Arc::new(Running {
-            id,
-            attempt,
+            lease,
             cancel: watch::channel(None).0,
             lost: AtomicBool::new(false),
             settled: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             in_poll: AtomicBool::new(false),
         })
+    }
+
+    pub(crate) fn id(&self) -> &str {
+        self.lease.task_id()
     }
 
     /// Fires the token, keeping the first reason.
@@ -110,8 +114,7 @@ impl Running {
 pub struct TaskContext<E> {
     store: Arc<Store<E>>,
     task: Arc<Task>,
-    worker_id: Arc<str>,
-    lease_ms: i64,
+    lease_length: Duration,
     backoff: RetryBackoff,
     running: Arc<Running>,
     token: watch::Receiver<Option<CancelReason>>,
@@ -122,8 +125,7 @@ impl<E> Clone for TaskContext<E> {
         TaskContext {
             store: self.store.clone(),
             task: self.task.clone(),
-            worker_id: self.worker_id.clone(),
-            lease_ms: self.lease_ms,
+            lease_length: self.lease_length,
             backoff: self.backoff,
             running: self.running.clone(),
             token: self.token.clone(),
@@ -135,13 +137,12 @@ impl<E: PgExecutor> TaskContext<E> {
     pub(crate) fn new(
         store: Arc<Store<E>>,
         task: Arc<Task>,
-        worker_id: Arc<str>,
-        lease_ms: i64,
+        lease_length: Duration,
         backoff: RetryBackoff,
         running: Arc<Running>,
     ) -> Self {
         let token = running.cancel.subscribe();
-        TaskContext { store, task, worker_id, lease_ms, backoff, running, token }
+        TaskContext { store, task, lease_length, backoff, running, token }
     }
 
     /// The task id.
@@ -171,7 +172,13 @@ impl<E: PgExecutor> TaskContext<E> {
 
     /// The worker running it.
     pub fn worker_id(&self) -> &str {
-        &self.worker_id
+        self.running.lease.worker_id()
+    }
+
+    /// This run's lease, fenced to its attempt, for owned writes made
+    /// through [`TaskContext::store`] directly.
+    pub fn lease(&self) -> &Lease {
+        &self.running.lease
     }
 
     /// The task as claimed.
@@ -210,7 +217,7 @@ impl<E: PgExecutor> TaskContext<E> {
     }
 
     fn lost(&self) -> Error {
-        Error::LostLease { task_id: self.task.id.clone(), worker_id: self.worker_id.to_string() }
+        Error::LostLease { task_id: self.task.id.clone(), worker_id: self.worker_id().to_owned() }
     }
 
     /// Fails at once, without touching the row, when the lease is gone or
@@ -226,7 +233,7 @@ impl<E: PgExecutor> TaskContext<E> {
     /// Records progress (`None` keeps what is there).
     pub async fn progress(&self, progress: Option<f64>, message: Option<&str>) -> Result<()> {
         self.check_owned()?;
-        let out = self.store.progress(&self.task.id, &self.worker_id, progress, message).await;
+        let out = self.store.progress(self.lease(), progress, message).await;
         self.note(out).map(|_| ())
     }
 
@@ -234,7 +241,7 @@ impl<E: PgExecutor> TaskContext<E> {
     /// on its heartbeat interval).
     pub async fn heartbeat(&self) -> Result<()> {
         self.check_owned()?;
-        let out = self.store.heartbeat(&self.task.id, &self.worker_id, self.lease_ms).await;
+        let out = self.store.heartbeat(self.lease(), self.lease_length).await;
         self.note(out).map(|_| ())
     }
 
@@ -281,7 +288,7 @@ impl<E: PgExecutor> TaskContext<E> {
                 return Err(Error::InvalidArgument(format!("result does not serialise to JSON: {e}")));
             }
         };
-        match self.store.complete_in(&mut tx, &self.task.id, &self.worker_id, result).await {
+        match self.store.complete_in(&mut tx, self.lease(), result).await {
             Ok(task) => {
                 // Claimed before the commit, so the worker never settles the
                 // task on top of it (a handler returning Ok after a failed
@@ -318,9 +325,7 @@ impl<E: PgExecutor> TaskContext<E> {
         if self.running.reason() == Some(CancelReason::Shutdown) {
             // Shutdown gives back what it stopped, attempt unspent; this
             // run took the settlement, so it gives the task back itself.
-            let released =
-                self.store.release_attempt(&self.task.id, &self.worker_id, Some(self.task.attempt));
-            if let Err(err) = released.await {
+            if let Err(err) = self.store.release(self.lease()).await {
                 tracing::warn!(task = %self.task.id, error = %err, "giving back a task whose commit failed at shutdown failed; the lease decides");
             }
             return;
@@ -331,10 +336,8 @@ impl<E: PgExecutor> TaskContext<E> {
             format!("the commit of complete_in failed: {e}"),
             true,
         );
-        let failure = waymark_store::Failure::new(envelope)
-            .delay_ms(self.backoff.delay_ms(self.task.attempt))
-            .on_attempt(self.task.attempt);
-        if let Err(err) = self.store.fail(&self.task.id, &self.worker_id, &failure).await {
+        let failure = waymark_store::Failure::new(envelope).delay(self.backoff.delay(self.task.attempt));
+        if let Err(err) = self.store.fail(self.lease(), &failure).await {
             tracing::warn!(task = %self.task.id, error = %err, "recording a failed commit failed; the lease decides");
         }
     }

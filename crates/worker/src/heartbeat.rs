@@ -32,13 +32,13 @@ pub(crate) async fn heartbeat_loop<E: PgExecutor + 'static>(shared: Arc<Shared<E
         if held.is_empty() {
             continue;
         }
-        let ids: Vec<String> = held.iter().map(|r| r.id.clone()).collect();
-        match shared.store.heartbeat_batch(&ids, &shared.settings.worker_id, shared.settings.lease_ms).await {
+        let ids: Vec<String> = held.iter().map(|r| r.id().to_owned()).collect();
+        match shared.store.heartbeat_batch(&ids, &shared.settings.worker_id, shared.settings.lease).await {
             Ok(beats) => {
                 let owned: HashMap<&str, Option<i64>> =
                     beats.iter().map(|b| (b.id.as_str(), b.cancel_requested_at_ms)).collect();
                 for r in &held {
-                    match owned.get(r.id.as_str()) {
+                    match owned.get(r.id()) {
                         // A settlement committed meanwhile also leaves the
                         // answer; marking it lost then changes nothing.
                         None if !r.is_settled() => r.mark_lost(),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use tokio::task::JoinSet;
-use waymark_store::{codes, Error, Failure, PgExecutor, Settlement, Task};
+use waymark_store::{codes, Error, Failure, Lease, PgExecutor, Settlement, Task};
 
 use crate::context::{CancelReason, Running, TaskContext};
 use crate::error::envelope;
@@ -27,7 +27,8 @@ pub(crate) fn start_run<E: PgExecutor + 'static>(
     runs: &mut JoinSet<()>,
     task: Task,
 ) {
-    let running = Running::new(task.id.clone(), task.attempt);
+    let lease = Lease::new(task.id.clone(), &*shared.settings.worker_id).on_attempt(task.attempt);
+    let running = Running::new(lease);
     shared.state.busy.fetch_add(1, Ordering::SeqCst);
     let previous =
         shared.state.running.lock().expect("running lock").insert(task.id.clone(), running.clone());
@@ -75,8 +76,8 @@ impl<E> Drop for Slot<E> {
         self.running.mark_ended();
         let mut map = self.shared.state.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let past_grace = *self.shared.state.past_grace.borrow();
-        if !past_grace && map.get(&self.running.id).is_some_and(|r| Arc::ptr_eq(r, &self.running)) {
-            map.remove(&self.running.id);
+        if !past_grace && map.get(self.running.id()).is_some_and(|r| Arc::ptr_eq(r, &self.running)) {
+            map.remove(self.running.id());
         }
         drop(map);
         self.shared.state.busy.fetch_sub(1, Ordering::SeqCst);
@@ -103,8 +104,7 @@ pub(crate) async fn run_handler<E: PgExecutor + 'static>(
     let ctx = TaskContext::new(
         shared.store.clone(),
         task.clone(),
-        shared.settings.worker_id.clone(),
-        shared.settings.lease_ms,
+        shared.settings.lease,
         shared.settings.backoff,
         running.clone(),
     );
@@ -188,20 +188,13 @@ pub(crate) fn settlement_for<E: PgExecutor + 'static>(
     if !running.take_settlement() {
         return None; // settled by complete_in, or given back at shutdown
     }
-    let id = task.id.clone();
-    let worker_id = shared.settings.worker_id.to_string();
+    let lease = || running.lease.clone();
     let fail = |error: serde_json::Value, retryable: bool| {
-        let delay_ms = if retryable { shared.settings.backoff.delay_ms(task.attempt) } else { 0 };
-        Settlement::Fail {
-            id: id.clone(),
-            worker_id: worker_id.clone(),
-            failure: Failure::new(error).retryable(retryable).delay_ms(delay_ms).on_attempt(task.attempt),
-        }
+        let delay = if retryable { shared.settings.backoff.delay(task.attempt) } else { Duration::ZERO };
+        Settlement::Fail { lease: lease(), failure: Failure::new(error).retryable(retryable).delay(delay) }
     };
     Some(match end {
-        RunEnd::Handler(Outcome::Done(result)) => {
-            Settlement::Complete { id: id.clone(), worker_id: worker_id.clone(), result }
-        }
+        RunEnd::Handler(Outcome::Done(result)) => Settlement::Complete { lease: lease(), result },
         RunEnd::Handler(Outcome::Failed(e)) => fail(e.envelope(), e.is_retryable()),
         RunEnd::Handler(Outcome::BadPayload(why)) => fail(
             envelope(
@@ -273,7 +266,7 @@ pub(crate) async fn settle_again<E: PgExecutor + 'static>(
     settlement: Settlement,
     error: Error,
 ) {
-    let deadline = Instant::now() + Duration::from_millis(shared.settings.lease_ms as u64 / 2);
+    let deadline = Instant::now() + shared.settings.lease / 2;
     let again = || settler.settle(&shared.store, settlement.clone());
     let out = while_passing(Err(error), deadline, || running.is_lost(), settlement.task_id(), again).await;
     if out.is_err() && running.is_lost() {

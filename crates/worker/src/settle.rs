@@ -57,8 +57,8 @@ impl Settler {
 
 async fn settle_one<E: PgExecutor>(store: &Store<E>, s: &Settlement) -> Result<Settled> {
     let task = match s {
-        Settlement::Complete { id, worker_id, result } => store.complete(id, worker_id, result.clone()).await,
-        Settlement::Fail { id, worker_id, failure } => store.fail(id, worker_id, failure).await,
+        Settlement::Complete { lease, result } => store.complete(lease, result.clone()).await,
+        Settlement::Fail { lease, failure } => store.fail(lease, failure).await,
     }?;
     Ok(Settled::from(&task))
 }

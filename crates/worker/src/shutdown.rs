@@ -58,7 +58,7 @@ pub(crate) async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r
     // safe to give back.
     let (stuck, done): (Vec<_>, Vec<_>) = left.into_iter().partition(|r| r.is_stuck());
     for r in &stuck {
-        tracing::warn!(task = %r.id, "a handler is stuck in blocking code at shutdown; its task returns when its lease expires");
+        tracing::warn!(task = %r.id(), "a handler is stuck in blocking code at shutdown; its task returns when its lease expires");
     }
     if !runs.is_empty() {
         runs.detach_all();
@@ -71,7 +71,7 @@ pub(crate) async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r
         // whose leases run out.
         let mut map = shared.state.running.lock().expect("running lock");
         map.clear();
-        map.extend(give_back.iter().map(|r| (r.id.clone(), r.clone())));
+        map.extend(give_back.iter().map(|r| (r.id().to_owned(), r.clone())));
     }
     futures::future::join_all(give_back.iter().map(|r| release(shared, r))).await;
     shared.state.running.lock().expect("running lock").clear();
@@ -81,18 +81,18 @@ pub(crate) async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r
 /// lasts (the heartbeat loop keeps renewing it meanwhile). What cannot be
 /// given back is reported and left to lease expiry.
 pub(crate) async fn release<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r: &Running) {
-    let deadline = Instant::now() + Duration::from_millis(shared.settings.lease_ms as u64);
-    let again = || shared.store.release_attempt(&r.id, &shared.settings.worker_id, Some(r.attempt));
+    let deadline = Instant::now() + shared.settings.lease;
+    let again = || shared.store.release(&r.lease);
     let first = again().await;
     let resent = first.as_ref().is_err_and(passing);
-    match while_passing(first, deadline, || r.is_lost(), &r.id, again).await {
+    match while_passing(first, deadline, || r.is_lost(), r.id(), again).await {
         Ok(_) => {
             shared.state.settled.fetch_add(1, Ordering::Relaxed);
         }
         // A resend finds the task gone when the first try had committed.
         Err(e) if e.is_lost_lease() && resent => {
-            tracing::debug!(task = %r.id, "a resent release found the task given back already");
+            tracing::debug!(task = %r.id(), "a resent release found the task given back already");
         }
-        Err(e) => shared.report(format!("release {} at shutdown (left to its lease)", r.id), e),
+        Err(e) => shared.report(format!("release {} at shutdown (left to its lease)", r.id()), e),
     }
 }

@@ -34,7 +34,7 @@ pub(crate) type ErrorHook = Arc<dyn Fn(&WorkerError) + Send + Sync>;
 pub(crate) struct Settings {
     pub(crate) queues: Vec<String>,
     pub(crate) concurrency: usize,
-    pub(crate) lease_ms: i64,
+    pub(crate) lease: Duration,
     pub(crate) heartbeat: Duration,
     pub(crate) poll_interval: Duration,
     pub(crate) max_run_time: Option<Duration>,

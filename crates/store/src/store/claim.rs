@@ -6,10 +6,11 @@ use std::time::Duration;
 use waymark_protocol::Statement;
 
 use super::settle::fail;
-use super::{finish, owned, positive_lease, tasks, Store};
+use super::{finish, owned, tasks, Store};
 use crate::error::{Error, Result};
 use crate::executor::{Autocommit, Lane, PgExecutor, PgSession};
-use crate::options::{non_empty, ClaimRequest, Failure};
+use crate::lease::Lease;
+use crate::options::{lease_millis, non_empty, ClaimRequest, Failure};
 use crate::statements::{run, run_opt, Binds};
 use crate::task::{opt_int8, text, Beat, ErrorEnvelope, Task};
 
@@ -29,20 +30,18 @@ impl<E: PgExecutor> Store<E> {
     /// ran dry, short of a run of unreadable rows longer than that.
     pub async fn claim(&self, req: &ClaimRequest) -> Result<Vec<Task>> {
         non_empty("worker_id", &req.worker_id)?;
-        if req.lease_ms < 1 {
-            return Err(Error::invalid(format!("lease_ms must be at least 1, got {}", req.lease_ms)));
-        }
+        lease_millis(req.lease)?;
         if req.limit <= 0 || req.queues.is_empty() || req.names.as_ref().is_some_and(Vec::is_empty) {
             return Ok(Vec::new());
         }
         let started = std::time::Instant::now();
         let mut claimed = self.claim_pass(req).await?;
-        let (mut readable, mut failed) = self.fail_unreadable(claimed, &req.worker_id).await;
+        let (mut readable, mut failed) = self.fail_unreadable(claimed).await;
         // Claim again in place of what was failed, while the leases already
         // taken are young (nobody renews them until this returns): at most
         // `limit` more unreadable rows, within a quarter of the lease. A
         // failure that did not land is not replaced.
-        let budget = Duration::from_millis(u64::try_from(req.lease_ms / 4).unwrap_or(0));
+        let budget = req.lease / 4;
         let mut refilled = 0i64;
         while failed > 0 && started.elapsed() < budget {
             // No more than the claim is short of, than were failed, or than
@@ -63,7 +62,7 @@ impl<E: PgExecutor> Store<E> {
                     break;
                 }
             };
-            let (more, more_failed) = self.fail_unreadable(claimed, &req.worker_id).await;
+            let (more, more_failed) = self.fail_unreadable(claimed).await;
             readable.extend(more);
             failed = more_failed;
         }
@@ -103,7 +102,7 @@ impl<E: PgExecutor> Store<E> {
     /// the column. Returns the rest and how many were failed. If that write
     /// fails too, the task is left to its lease, which expires and brings it
     /// back here; it is not counted, so the caller does not claim again.
-    async fn fail_unreadable(&self, claimed: Vec<Task>, worker_id: &str) -> (Vec<Task>, usize) {
+    async fn fail_unreadable(&self, claimed: Vec<Task>) -> (Vec<Task>, usize) {
         if !claimed.iter().any(Task::input_unreadable) {
             return (claimed, 0);
         }
@@ -124,9 +123,13 @@ impl<E: PgExecutor> Store<E> {
                     false,
                 )
             };
-            let failure = Failure::new(envelope.to_json()).retryable(false).on_attempt(task.attempt);
+            let failure = Failure::new(envelope.to_json()).retryable(false);
             tracing::warn!(task = %task.id, reason = %why, "claimed a task whose input cannot be read; failing it");
-            match fail(&mut Autocommit(&self.exec), &task.id, worker_id, &failure).await {
+            let out = match task.lease() {
+                Ok(lease) => fail(&mut Autocommit(&self.exec), &lease, &failure).await,
+                Err(e) => Err(e),
+            };
+            match out {
                 Ok(_) => failed += 1,
                 Err(e) => {
                     tracing::warn!(task = %task.id, error = %e, "failing an unreadable task failed; its lease will expire");
@@ -137,17 +140,21 @@ impl<E: PgExecutor> Store<E> {
     }
 
     /// Extends a lease; [`Error::LostLease`] if the worker no longer holds it.
-    pub async fn heartbeat(&self, id: &str, worker_id: &str, lease_ms: i64) -> Result<Task> {
-        positive_lease(lease_ms)?;
-        let binds: Binds = vec![("lease_ms", lease_ms.into())];
-        owned(&mut Autocommit(&self.exec), Statement::Heartbeat, binds, id, worker_id).await
+    pub async fn heartbeat(&self, lease: &Lease, length: Duration) -> Result<Task> {
+        let binds: Binds = vec![("lease_ms", lease_millis(length)?.into())];
+        owned(&mut Autocommit(&self.exec), Statement::Heartbeat, binds, lease).await
     }
 
     /// Extends every lease in `ids` at once. Returns the tasks still owned,
     /// in the order of `ids`; a missing id is a lost lease.
-    pub async fn heartbeat_batch(&self, ids: &[String], worker_id: &str, lease_ms: i64) -> Result<Vec<Beat>> {
+    pub async fn heartbeat_batch(
+        &self,
+        ids: &[String],
+        worker_id: &str,
+        length: Duration,
+    ) -> Result<Vec<Beat>> {
         non_empty("worker_id", worker_id)?;
-        positive_lease(lease_ms)?;
+        let lease_ms = lease_millis(length)?;
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -175,8 +182,7 @@ impl<E: PgExecutor> Store<E> {
     /// Records progress (`[0, 1]`) and/or a message; `None` keeps a field.
     pub async fn progress(
         &self,
-        id: &str,
-        worker_id: &str,
+        lease: &Lease,
         progress: Option<f64>,
         message: Option<&str>,
     ) -> Result<Task> {
@@ -184,7 +190,7 @@ impl<E: PgExecutor> Store<E> {
             return Err(Error::invalid(format!("progress must be within [0, 1], got {p}")));
         }
         let binds: Binds = vec![("progress", progress.into()), ("message", message.into())];
-        owned(&mut Autocommit(&self.exec), Statement::Progress, binds, id, worker_id).await
+        owned(&mut Autocommit(&self.exec), Statement::Progress, binds, lease).await
     }
 }
 
@@ -210,7 +216,7 @@ async fn claim_draw<S: PgSession + ?Sized>(s: &mut S, req: &ClaimRequest) -> Res
     };
     let mut binds: Binds = vec![
         ("worker_id", req.worker_id.as_str().into()),
-        ("lease_ms", req.lease_ms.into()),
+        ("lease_ms", lease_millis(req.lease)?.into()),
         ("limit", req.limit.into()),
     ];
     let stmt = match (one_queue, one_name) {

@@ -8,7 +8,7 @@ use super::submit::key_target;
 use super::{finish, task_opt, tasks, Store};
 use crate::error::{Error, Result};
 use crate::executor::{Autocommit, Lane, PgExecutor, PgSession};
-use crate::options::{non_empty, ListFilter, PurgeFilter};
+use crate::options::{millis, non_empty, ListFilter, PurgeFilter};
 use crate::statements::{run, run_opt, Binds};
 use crate::task::{int8, status, text, StatusCounts, Task, TaskState, TaskStatus};
 
@@ -141,12 +141,7 @@ impl<E: PgExecutor> Store<E> {
     /// Deletes up to `filter.limit` terminal tasks completed before the
     /// cutoff, oldest first, and returns their ids. Their keys go with them.
     pub async fn purge(&self, filter: &PurgeFilter) -> Result<Vec<String>> {
-        if filter.older_than_ms < 0 {
-            return Err(Error::invalid(format!(
-                "purge older_than_ms must not be negative, got {}",
-                filter.older_than_ms
-            )));
-        }
+        let older_than_ms = millis("purge older_than", filter.older_than)?;
         if filter.limit < 1 {
             return Err(Error::invalid(format!("purge limit must be at least 1, got {}", filter.limit)));
         }
@@ -159,7 +154,7 @@ impl<E: PgExecutor> Store<E> {
             ("queue", filter.queue.as_deref().into()),
             ("status", filter.status.map(TaskStatus::as_str).into()),
             ("name", filter.name.as_deref().into()),
-            ("older_than_ms", filter.older_than_ms.into()),
+            ("older_than_ms", older_than_ms.into()),
             ("limit", filter.limit.into()),
         ];
         run(&mut Autocommit(&self.exec), Statement::Purge, binds)

@@ -8,7 +8,8 @@ use waymark_protocol::Statement;
 use super::{finish, owned, Store};
 use crate::error::{Error, Result};
 use crate::executor::{Autocommit, Lane, PgExecutor, PgSession};
-use crate::options::{non_empty, Failure};
+use crate::lease::Lease;
+use crate::options::{millis, Failure};
 use crate::statements::{run, Binds};
 use crate::task::{status, text, Settled, Task};
 use crate::value::Value;
@@ -16,54 +17,35 @@ use crate::value::Value;
 impl<E: PgExecutor> Store<E> {
     /// Marks an owned task succeeded with `result` (a requested cancel does
     /// not win here; workers settle with [`Store::complete`]).
-    pub async fn succeed(
-        &self,
-        id: &str,
-        worker_id: &str,
-        result: Json,
-        message: Option<&str>,
-    ) -> Result<Task> {
+    pub async fn succeed(&self, lease: &Lease, result: Json, message: Option<&str>) -> Result<Task> {
         let binds: Binds = vec![("result", result.into()), ("message", message.into())];
-        owned(&mut Autocommit(&self.exec), Statement::Succeed, binds, id, worker_id).await
+        owned(&mut Autocommit(&self.exec), Statement::Succeed, binds, lease).await
     }
 
     /// Settles an owned task: canceled if a cancel was requested, else
     /// succeeded with `result`.
-    pub async fn complete(&self, id: &str, worker_id: &str, result: Json) -> Result<Task> {
-        complete(&mut Autocommit(&self.exec), id, worker_id, result).await
+    pub async fn complete(&self, lease: &Lease, result: Json) -> Result<Task> {
+        complete(&mut Autocommit(&self.exec), lease, result).await
     }
 
     /// [`Store::complete`] inside the caller's transaction: the settlement
     /// commits with the caller's other writes, or neither does. A lost lease
     /// is reported before the caller commits.
-    pub async fn complete_in(
-        &self,
-        tx: &mut E::Transaction,
-        id: &str,
-        worker_id: &str,
-        result: Json,
-    ) -> Result<Task> {
-        complete(tx, id, worker_id, result).await
+    pub async fn complete_in(&self, tx: &mut E::Transaction, lease: &Lease, result: Json) -> Result<Task> {
+        complete(tx, lease, result).await
     }
 
     /// Records a failure: canceled if a cancel was requested; queued again
-    /// after `delay_ms` if retryable with attempts left; else failed.
-    pub async fn fail(&self, id: &str, worker_id: &str, failure: &Failure) -> Result<Task> {
-        fail(&mut Autocommit(&self.exec), id, worker_id, failure).await
+    /// after its delay if retryable with attempts left; else failed.
+    pub async fn fail(&self, lease: &Lease, failure: &Failure) -> Result<Task> {
+        fail(&mut Autocommit(&self.exec), lease, failure).await
     }
 
     /// Gives an owned task back (at shutdown): queued and due now, its
     /// attempt not spent; canceled instead if a cancel was requested.
     /// A waymark addition to the protocol (`release.sql`).
-    pub async fn release(&self, id: &str, worker_id: &str) -> Result<Task> {
-        self.release_attempt(id, worker_id, None).await
-    }
-
-    /// [`Store::release`] fenced to one claim: with `Some(n)` it gives the
-    /// task back only while it is on attempt `n` (see [`Failure::attempt`]).
-    pub async fn release_attempt(&self, id: &str, worker_id: &str, attempt: Option<i32>) -> Result<Task> {
-        let binds: Binds = vec![("attempt", attempt.into())];
-        owned(&mut Autocommit(&self.exec), Statement::Release, binds, id, worker_id).await
+    pub async fn release(&self, lease: &Lease) -> Result<Task> {
+        owned(&mut Autocommit(&self.exec), Statement::Release, Vec::new(), lease).await
     }
 
     /// Settles several owned tasks with one commit for all: each settlement
@@ -99,19 +81,15 @@ impl<E: PgExecutor> Store<E> {
 pub enum Settlement {
     /// As [`Store::complete`].
     Complete {
-        /// The task.
-        id: String,
-        /// The owning worker.
-        worker_id: String,
+        /// The task's lease.
+        lease: Lease,
         /// The handler's result.
         result: Json,
     },
     /// As [`Store::fail`].
     Fail {
-        /// The task.
-        id: String,
-        /// The owning worker.
-        worker_id: String,
+        /// The task's lease.
+        lease: Lease,
         /// The failure.
         failure: Failure,
     },
@@ -120,8 +98,13 @@ pub enum Settlement {
 impl Settlement {
     /// The task this settlement is for.
     pub fn task_id(&self) -> &str {
+        self.lease().task_id()
+    }
+
+    /// The lease it settles.
+    pub fn lease(&self) -> &Lease {
         match self {
-            Settlement::Complete { id, .. } | Settlement::Fail { id, .. } => id,
+            Settlement::Complete { lease, .. } | Settlement::Fail { lease, .. } => lease,
         }
     }
 }
@@ -139,10 +122,9 @@ impl<'a> SettlePlan<'a> {
         let mut fails = 0;
         for (i, item) in items.iter().enumerate() {
             match item {
-                Settlement::Complete { id, worker_id, .. } => {
-                    non_empty("task id", id)?;
-                    non_empty("worker_id", worker_id)?;
-                    completes.entry(worker_id.as_str()).or_default().push(i);
+                Settlement::Complete { lease, .. } => {
+                    lease.check()?;
+                    completes.entry(lease.worker_id()).or_default().push(i);
                 }
                 Settlement::Fail { .. } => fails += 1,
             }
@@ -163,21 +145,25 @@ async fn settle_all<S: PgSession + ?Sized>(
     let mut outcomes: Vec<Option<Result<Settled>>> = (0..items.len()).map(|_| None).collect();
     for (&worker_id, members) in &plan.completes {
         let mut results = serde_json::Map::new();
+        let mut attempts = serde_json::Map::new();
         let mut ids = Vec::with_capacity(members.len());
         for &i in members {
-            let Settlement::Complete { id, result, .. } = &items[i] else {
-                unreachable!("grouped completes")
-            };
+            let Settlement::Complete { lease, result } = &items[i] else { unreachable!("grouped completes") };
+            let id = lease.task_id();
             // The first settlement of an id is the one that counts.
             if !results.contains_key(id) {
-                results.insert(id.clone(), result.clone());
-                ids.push(id.clone());
+                results.insert(id.to_owned(), result.clone());
+                if let Some(n) = lease.attempt() {
+                    attempts.insert(id.to_owned(), n.into());
+                }
+                ids.push(id.to_owned());
             }
         }
         let binds: Binds = vec![
             ("results", Value::Jsonb(Json::Object(results))),
             ("ids", Value::TextArray(ids)),
             ("worker_id", worker_id.into()),
+            ("attempts", Value::Jsonb(Json::Object(attempts))),
         ];
         let mut settled = BTreeMap::new();
         for mut row in run(s, Statement::CompleteBatch, binds).await? {
@@ -185,18 +171,18 @@ async fn settle_all<S: PgSession + ?Sized>(
             settled.insert(id.clone(), Settled { id, status: status(&mut row, "status")? });
         }
         for &i in members {
-            let Settlement::Complete { id, .. } = &items[i] else { unreachable!("grouped completes") };
+            let id = items[i].task_id();
             // A duplicate id finds its row taken by the first: a lost lease.
             outcomes[i] =
                 Some(settled.remove(id).ok_or_else(|| Error::LostLease {
-                    task_id: id.clone(),
+                    task_id: id.to_owned(),
                     worker_id: worker_id.to_owned(),
                 }));
         }
     }
     for (i, item) in items.iter().enumerate() {
-        if let Settlement::Fail { id, worker_id, failure } = item {
-            let out = fail(s, id, worker_id, failure).await;
+        if let Settlement::Fail { lease, failure } = item {
+            let out = fail(s, lease, failure).await;
             // A lost lease or a bad argument answers that one settlement; any
             // other error has aborted the transaction.
             if let Err(e) = &out {
@@ -210,24 +196,15 @@ async fn settle_all<S: PgSession + ?Sized>(
     Ok(outcomes.into_iter().map(|o| o.expect("every settlement answered")).collect())
 }
 
-pub(super) async fn fail<S: PgSession + ?Sized>(
-    s: &mut S,
-    id: &str,
-    worker_id: &str,
-    failure: &Failure,
-) -> Result<Task> {
-    if failure.delay_ms < 0 {
-        return Err(Error::invalid(format!("delay_ms must not be negative, got {}", failure.delay_ms)));
-    }
+pub(super) async fn fail<S: PgSession + ?Sized>(s: &mut S, lease: &Lease, failure: &Failure) -> Result<Task> {
     let binds: Binds = vec![
         ("retryable", failure.retryable.into()),
         ("error", failure.error.clone().into()),
-        ("delay_ms", failure.delay_ms.into()),
-        ("attempt", failure.attempt.into()),
+        ("delay_ms", millis("failure delay", failure.delay)?.into()),
     ];
-    owned(s, Statement::Fail, binds, id, worker_id).await
+    owned(s, Statement::Fail, binds, lease).await
 }
 
-async fn complete<S: PgSession + ?Sized>(s: &mut S, id: &str, worker_id: &str, result: Json) -> Result<Task> {
-    owned(s, Statement::Complete, vec![("result", result.into())], id, worker_id).await
+async fn complete<S: PgSession + ?Sized>(s: &mut S, lease: &Lease, result: Json) -> Result<Task> {
+    owned(s, Statement::Complete, vec![("result", result.into())], lease).await
 }

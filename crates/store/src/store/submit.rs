@@ -8,7 +8,7 @@ use super::{finish, task_opt, Store};
 use crate::error::{Error, Result};
 use crate::executor::{Autocommit, Lane, PgExecutor, PgSession};
 use crate::id::new_task_id;
-use crate::options::{Conflict, NewTask};
+use crate::options::{millis, Conflict, NewTask};
 use crate::statements::{run, run_opt, Binds};
 use crate::task::{int8, opt_text, Task, TaskStatus};
 use crate::value::Value;
@@ -96,7 +96,7 @@ async fn insert<S: PgSession + ?Sized>(s: &mut S, t: &NewTask, id: &str) -> Resu
         ("metadata", t.metadata.clone().into()),
         ("max_attempts", t.max_attempts.into()),
         ("priority", t.priority.into()),
-        ("delay_ms", t.delay_ms.into()),
+        ("delay_ms", millis("delay", t.delay)?.into()),
         ("parent_id", t.parent_id.as_deref().into()),
         ("root_id", root_id.into()),
         ("correlation_id", t.correlation_id.as_deref().into()),
@@ -165,7 +165,7 @@ impl Batch {
             b.metadata.push(t.metadata);
             b.max_attempts.push(t.max_attempts);
             b.priorities.push(t.priority);
-            b.delays_ms.push(t.delay_ms);
+            b.delays_ms.push(millis("delay", t.delay)?);
             b.parent_ids.push(t.parent_id);
             // NULL: the statement makes a top-level task its own root.
             b.root_ids.push(t.root_id);

@@ -1,14 +1,19 @@
 //! Admin: queue depth and stats, purge, migrations.
 
+use std::time::Duration;
+
 use serde_json::json;
-use waymark_store::{Conflict, NewTask, PgExecutor, PurgeFilter, Store, TaskStatus};
+use waymark_store::{Conflict, Lease, NewTask, PgExecutor, PurgeFilter, Store, TaskStatus};
 
 use super::{claim, raw};
 
 /// queue_depth counts queued rows (delayed included) against the bound.
 pub async fn queue_depth_and_stats<E: PgExecutor>(store: &Store<E>) {
     for delay in [0, 0, 60_000] {
-        store.submit(NewTask::new("x", json!({})).queue("d").delay_ms(delay)).await.expect("submit");
+        store
+            .submit(NewTask::new("x", json!({})).queue("d").delay(Duration::from_millis(delay)))
+            .await
+            .expect("submit");
     }
     assert_eq!(store.queue_depth("d", 5).await.expect("depth"), 2);
     assert_eq!(store.queue_depth("d", 2).await.expect("depth"), 0, "never negative");
@@ -24,19 +29,23 @@ pub async fn queue_depth_and_stats<E: PgExecutor>(store: &Store<E>) {
 pub async fn purge_takes_the_key_with_it<E: PgExecutor>(store: &Store<E>) {
     let t = store.submit(NewTask::new("x", json!({})).key("pk")).await.expect("submit");
     store.claim(&claim("w1")).await.expect("claim");
-    store.complete(&t.id, "w1", json!(1)).await.expect("complete");
+    store.complete(&Lease::new(&t.id, "w1"), json!(1)).await.expect("complete");
     let live = store.submit(NewTask::new("x", json!({}))).await.expect("live");
-    assert!(store.purge(&PurgeFilter::older_than_ms(3_600_000)).await.expect("purge").is_empty());
+    assert!(store
+        .purge(&PurgeFilter::older_than(Duration::from_secs(3600)))
+        .await
+        .expect("purge")
+        .is_empty());
     // Completed a second ago, written to the row rather than waited for.
     raw(
         store,
         &format!("update cairnq_tasks set completed_at_ms = completed_at_ms - 1000 where id = '{}'", t.id),
     )
     .await;
-    let mut by_queue = PurgeFilter::older_than_ms(0);
+    let mut by_queue = PurgeFilter::older_than(Duration::ZERO);
     by_queue.queue = Some("elsewhere".to_owned());
     assert!(store.purge(&by_queue).await.expect("purge").is_empty(), "queue filter");
-    assert_eq!(store.purge(&PurgeFilter::older_than_ms(0)).await.expect("purge"), [t.id.as_str()]);
+    assert_eq!(store.purge(&PurgeFilter::older_than(Duration::ZERO)).await.expect("purge"), [t.id.as_str()]);
     assert_eq!(store.get_by_key("pk").await.expect("key"), None);
     assert!(store.get(&live.id).await.expect("live").is_some());
     let fresh =

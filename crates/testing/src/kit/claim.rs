@@ -2,7 +2,12 @@
 //! heartbeats, lost leases, progress.
 
 use serde_json::json;
-use waymark_store::{codes, ClaimRequest, ErrorEnvelope, Failure, NewTask, PgExecutor, Store, TaskStatus};
+use std::time::Duration;
+
+use waymark_store::{
+    codes, ClaimRequest, Error, ErrorEnvelope, Failure, Lease, NewTask, PgExecutor, Settlement, Store,
+    TaskStatus,
+};
 
 use super::{claim, expire_leases};
 
@@ -11,7 +16,8 @@ pub async fn claim_order_shapes_and_due_time<E: PgExecutor>(store: &Store<E>) {
     let low = store.submit(NewTask::new("a", json!({})).priority(-1)).await.expect("low");
     let high = store.submit(NewTask::new("a", json!({})).priority(5)).await.expect("high");
     let mid = store.submit(NewTask::new("b", json!({}))).await.expect("mid");
-    let later = store.submit(NewTask::new("a", json!({})).delay_ms(60_000)).await.expect("delayed");
+    let later =
+        store.submit(NewTask::new("a", json!({})).delay(Duration::from_secs(60))).await.expect("delayed");
     let other = store.submit(NewTask::new("a", json!({})).queue("q2")).await.expect("q2");
 
     let order: Vec<String> = [
@@ -38,7 +44,10 @@ pub async fn claim_order_shapes_and_due_time<E: PgExecutor>(store: &Store<E>) {
     // The lease is the one asked for (leases run out by writing the row in
     // the cases below, so this is where its length is checked).
     let long = store.submit(NewTask::new("a", json!({})).queue("q3")).await.expect("submit");
-    let c = store.claim(&ClaimRequest::new("w", ["q3"]).lease_ms(45_678)).await.expect("claim");
+    let c = store
+        .claim(&ClaimRequest::new("w", ["q3"]).lease(Duration::from_millis(45_678)))
+        .await
+        .expect("claim");
     assert_eq!(c[0].id, long.id);
     assert_eq!(c[0].lease_until_ms, Some(c[0].updated_at_ms + 45_678), "lease_ms bound and used");
     let more = store.submit(NewTask::new("b", json!({})).queue("q2")).await.expect("b");
@@ -56,7 +65,7 @@ pub async fn expired_leases_are_recovered<E: PgExecutor>(store: &Store<E>) {
     let retried = store.submit(NewTask::new("x", json!({})).max_attempts(2)).await.expect("retried");
     let canceled = store.submit(NewTask::new("x", json!({})).max_attempts(2)).await.expect("canceled");
     assert_eq!(store.claim(&claim("w1").limit(3)).await.expect("claim").len(), 3);
-    store.progress(&retried.id, "w1", Some(0.5), Some("half")).await.expect("progress");
+    store.progress(&Lease::new(&retried.id, "w1"), Some(0.5), Some("half")).await.expect("progress");
     store.cancel(&canceled.id).await.expect("cancel");
     expire_leases(store, "w1").await;
 
@@ -119,15 +128,15 @@ pub async fn heartbeat_batch_reports_owned_tasks_in_order<E: PgExecutor>(store: 
     store.cancel(&ids[1]).await.expect("cancel");
     let mut asked = ids.clone();
     asked.insert(1, "task_not_mine".to_owned());
-    let beats = store.heartbeat_batch(&asked, "w1", 60_000).await.expect("beat");
+    let beats = store.heartbeat_batch(&asked, "w1", Duration::from_secs(60)).await.expect("beat");
     assert_eq!(beats.iter().map(|b| b.id.clone()).collect::<Vec<_>>(), ids);
     assert_eq!(
         beats.iter().map(|b| b.cancel_requested_at_ms.is_some()).collect::<Vec<_>>(),
         [false, true, false]
     );
-    assert!(store.heartbeat_batch(&ids, "w2", 60_000).await.expect("beat").is_empty());
-    assert!(store.heartbeat_batch(&[], "w1", 60_000).await.expect("empty").is_empty());
-    let t = store.heartbeat(&ids[0], "w1", 90_000).await.expect("heartbeat");
+    assert!(store.heartbeat_batch(&ids, "w2", Duration::from_secs(60)).await.expect("beat").is_empty());
+    assert!(store.heartbeat_batch(&[], "w1", Duration::from_secs(60)).await.expect("empty").is_empty());
+    let t = store.heartbeat(&Lease::new(&ids[0], "w1"), Duration::from_secs(90)).await.expect("heartbeat");
     assert!(t.lease_until_ms.expect("lease") >= t.updated_at_ms + 90_000);
 }
 
@@ -141,11 +150,11 @@ pub async fn lost_lease_writes_change_nothing<E: PgExecutor>(store: &Store<E>) {
     assert_eq!(c.len(), 1);
     let before = store.fetch(&t.id).await.expect("get");
     for err in [
-        store.complete(&t.id, "w1", json!(1)).await.expect_err("complete"),
-        store.succeed(&t.id, "w1", json!(1), None).await.expect_err("succeed"),
-        store.fail(&t.id, "w1", &Failure::new(json!({}))).await.expect_err("fail"),
-        store.progress(&t.id, "w1", Some(0.1), None).await.expect_err("progress"),
-        store.heartbeat(&t.id, "w1", 1000).await.expect_err("heartbeat"),
+        store.complete(&Lease::new(&t.id, "w1"), json!(1)).await.expect_err("complete"),
+        store.succeed(&Lease::new(&t.id, "w1"), json!(1), None).await.expect_err("succeed"),
+        store.fail(&Lease::new(&t.id, "w1"), &Failure::new(json!({}))).await.expect_err("fail"),
+        store.progress(&Lease::new(&t.id, "w1"), Some(0.1), None).await.expect_err("progress"),
+        store.heartbeat(&Lease::new(&t.id, "w1"), Duration::from_secs(1)).await.expect_err("heartbeat"),
     ] {
         assert!(err.is_lost_lease(), "{err}");
         assert_eq!(err.task_id(), Some(t.id.as_str()));
@@ -157,11 +166,49 @@ pub async fn lost_lease_writes_change_nothing<E: PgExecutor>(store: &Store<E>) {
 pub async fn progress_keeps_what_is_not_given<E: PgExecutor>(store: &Store<E>) {
     let t = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
     store.claim(&claim("w1")).await.expect("claim");
-    store.progress(&t.id, "w1", Some(0.25), Some("reading")).await.expect("progress");
-    let p = store.progress(&t.id, "w1", None, Some("writing")).await.expect("progress");
+    store.progress(&Lease::new(&t.id, "w1"), Some(0.25), Some("reading")).await.expect("progress");
+    let p = store.progress(&Lease::new(&t.id, "w1"), None, Some("writing")).await.expect("progress");
     assert_eq!((p.progress, p.message.as_deref()), (Some(0.25), Some("writing")));
-    let p = store.progress(&t.id, "w1", Some(0.5), None).await.expect("progress");
+    let p = store.progress(&Lease::new(&t.id, "w1"), Some(0.5), None).await.expect("progress");
     assert_eq!((p.progress, p.message.as_deref()), (Some(0.5), Some("writing")));
-    let s = store.succeed(&t.id, "w1", json!("ok"), None).await.expect("succeed");
+    let s = store.succeed(&Lease::new(&t.id, "w1"), json!("ok"), None).await.expect("succeed");
     assert_eq!((s.progress, s.message.as_deref(), s.lease_until_ms), (Some(1.0), Some("writing"), None));
+}
+
+/// A claimed task's lease is fenced to its attempt: once the same worker
+/// holds a later claim of the task, every write made with the earlier
+/// lease is refused as lost, one by one and in a settlement batch, while
+/// an unfenced lease (the protocol's check) still lands. A task that is
+/// not running holds no lease.
+pub async fn a_lease_is_fenced_to_its_claims_attempt<E: PgExecutor>(store: &Store<E>) {
+    let queued = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
+    match queued.lease() {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("is queued, not running"), "{why}"),
+        other => panic!("a queued task has no lease, got {other:?}"),
+    }
+    let first = store.claim(&claim("w1")).await.expect("claim").remove(0).lease().expect("claimed");
+    assert_eq!((first.task_id(), first.worker_id(), first.attempt()), (queued.id.as_str(), "w1", Some(1)));
+    expire_leases(store, "w1").await;
+    let second = store.claim(&claim("w1")).await.expect("reclaim").remove(0).lease().expect("claimed");
+    assert_eq!(second.attempt(), Some(2), "the same worker, a later claim");
+    let before = store.fetch(&queued.id).await.expect("get");
+    for err in [
+        store.complete(&first, json!(1)).await.expect_err("complete"),
+        store.succeed(&first, json!(1), None).await.expect_err("succeed"),
+        store.fail(&first, &Failure::new(json!({}))).await.expect_err("fail"),
+        store.progress(&first, Some(0.1), None).await.expect_err("progress"),
+        store.heartbeat(&first, Duration::from_secs(1)).await.expect_err("heartbeat"),
+        store.release(&first).await.expect_err("release"),
+    ] {
+        assert!(err.is_lost_lease(), "{err}");
+    }
+    let batch = [Settlement::Complete { lease: first.clone(), result: json!(1) }];
+    let out = store.settle_batch(&batch).await.expect("the batch commits");
+    assert!(out[0].as_ref().is_err_and(Error::is_lost_lease), "{out:?}");
+    assert_eq!(store.fetch(&queued.id).await.expect("get"), before, "nothing changed");
+    let unfenced = Lease::new(&queued.id, "w1");
+    store.heartbeat(&unfenced, Duration::from_secs(30)).await.expect("the protocol's check passes");
+    let batch = [Settlement::Complete { lease: second, result: json!("two") }];
+    let out = store.settle_batch(&batch).await.expect("the batch commits");
+    assert_eq!(out[0].as_ref().map(|s| s.status).ok(), Some(TaskStatus::Succeeded));
 }

@@ -57,6 +57,7 @@ macro_rules! store_contract {
             a_claim_without_its_probe_claims_due_work_and_recovers_nothing,
             heartbeat_batch_reports_owned_tasks_in_order,
             lost_lease_writes_change_nothing,
+            a_lease_is_fenced_to_its_claims_attempt,
             fail_retries_after_the_delay,
             progress_keeps_what_is_not_given,
             queue_depth_and_stats,
@@ -83,7 +84,7 @@ macro_rules! store_contract {
 }
 
 pub(crate) fn claim(worker: &str) -> ClaimRequest {
-    ClaimRequest::new(worker, ["default"]).lease_ms(30_000)
+    ClaimRequest::new(worker, ["default"]).lease(std::time::Duration::from_secs(30))
 }
 
 /// Ends the leases `worker` holds, as time would: the next claim pass that

@@ -1,8 +1,10 @@
 //! Settling: `complete_in`, retries, settlement batches, release.
 
 use serde_json::json;
+use std::time::Duration;
+
 use waymark_store::{
-    codes, ClaimRequest, Error, ErrorEnvelope, Failure, ListFilter, NewTask, PgExecutor, PgSession,
+    codes, ClaimRequest, Error, ErrorEnvelope, Failure, Lease, ListFilter, NewTask, PgExecutor, PgSession,
     PgTransaction, Settlement, Store, TaskStatus,
 };
 
@@ -21,15 +23,16 @@ pub async fn complete_in_commits_with_the_callers_writes<E: PgExecutor>(store: &
 
     let mut tx = store.executor().begin().await.expect("begin");
     tx.execute_script(&format!("insert into side_effect values ('{}')", t.id)).await.expect("insert");
-    store.complete_in(&mut tx, &t.id, "w1", json!({"n": 1})).await.expect("complete_in");
+    store.complete_in(&mut tx, &Lease::new(&t.id, "w1"), json!({"n": 1})).await.expect("complete_in");
     tx.rollback().await.expect("rollback");
     assert_eq!(store.fetch(&t.id).await.expect("get").status, TaskStatus::Running, "rolled back together");
 
     let mut tx = store.executor().begin().await.expect("begin");
     tx.execute_script(&format!("insert into side_effect values ('{}')", t.id)).await.expect("insert");
-    let err = store.complete_in(&mut tx, &t.id, "thief", json!(0)).await.expect_err("not the owner");
+    let err =
+        store.complete_in(&mut tx, &Lease::new(&t.id, "thief"), json!(0)).await.expect_err("not the owner");
     assert!(err.is_lost_lease(), "{err}");
-    store.complete_in(&mut tx, &t.id, "w1", json!({"n": 2})).await.expect("complete_in");
+    store.complete_in(&mut tx, &Lease::new(&t.id, "w1"), json!({"n": 2})).await.expect("complete_in");
     tx.commit().await.expect("commit");
     let done = store.fetch(&t.id).await.expect("get");
     assert_eq!((done.status, done.result), (TaskStatus::Succeeded, Some(json!({"n": 2}))));
@@ -43,7 +46,10 @@ pub async fn fail_retries_after_the_delay<E: PgExecutor>(store: &Store<E>) {
     let t = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
     store.claim(&claim("w1")).await.expect("claim");
     let envelope = ErrorEnvelope::new("Timeout", codes::HANDLER_ERROR, "upstream slow", true).to_json();
-    let f = store.fail(&t.id, "w1", &Failure::new(envelope.clone()).delay_ms(60_000)).await.expect("fail");
+    let f = store
+        .fail(&Lease::new(&t.id, "w1"), &Failure::new(envelope.clone()).delay(Duration::from_secs(60)))
+        .await
+        .expect("fail");
     assert_eq!(
         (f.status, f.error.clone(), f.worker_id.clone()),
         (TaskStatus::Queued, Some(envelope.clone()), None)
@@ -53,7 +59,8 @@ pub async fn fail_retries_after_the_delay<E: PgExecutor>(store: &Store<E>) {
 
     let p = store.submit(NewTask::new("y", json!({}))).await.expect("submit");
     store.claim(&ClaimRequest::new("w1", ["default"]).names(["y"])).await.expect("claim");
-    let f = store.fail(&p.id, "w1", &Failure::new(envelope).retryable(false)).await.expect("fail");
+    let f =
+        store.fail(&Lease::new(&p.id, "w1"), &Failure::new(envelope).retryable(false)).await.expect("fail");
     assert_eq!(f.status, TaskStatus::Failed, "not retryable means failed with attempts left");
     let r = store.retry(&p.id, false).await.expect("retry").expect("retried");
     assert_eq!((r.status, r.attempt, r.error, r.completed_at_ms), (TaskStatus::Queued, 1, None, None));
@@ -71,17 +78,17 @@ pub async fn settle_batch_answers_each_settlement_on_its_own<E: PgExecutor>(stor
     claimed.sort_by_key(|t| t.payload["i"].as_i64());
     let ids: Vec<String> = claimed.iter().map(|t| t.id.clone()).collect();
     store.cancel(&ids[1]).await.expect("cancel request on a running task");
+    let held = |i: usize, worker: &str| Lease::new(&ids[i], worker);
     let items = vec![
-        Settlement::Complete { id: ids[0].clone(), worker_id: "w1".into(), result: json!({"r": 0}) },
-        Settlement::Complete { id: ids[1].clone(), worker_id: "w1".into(), result: json!({"r": 1}) },
-        Settlement::Complete { id: ids[2].clone(), worker_id: "w2".into(), result: json!({"r": 2}) },
+        Settlement::Complete { lease: held(0, "w1"), result: json!({"r": 0}) },
+        Settlement::Complete { lease: held(1, "w1"), result: json!({"r": 1}) },
+        Settlement::Complete { lease: held(2, "w2"), result: json!({"r": 2}) },
         Settlement::Fail {
-            id: ids[3].clone(),
-            worker_id: "w1".into(),
+            lease: held(3, "w1"),
             failure: Failure::new(json!({"code": "task_error"})).retryable(false),
         },
-        Settlement::Complete { id: ids[4].clone(), worker_id: "w1".into(), result: json!(null) },
-        Settlement::Complete { id: ids[0].clone(), worker_id: "w1".into(), result: json!({"r": "again"}) },
+        Settlement::Complete { lease: held(4, "w1"), result: json!(null) },
+        Settlement::Complete { lease: held(0, "w1"), result: json!({"r": "again"}) },
     ];
     let out = store.settle_batch(&items).await.expect("the batch commits");
     assert_eq!(out.len(), items.len());
@@ -106,12 +113,9 @@ pub async fn settle_batch_of_one_workers_completes_answers_each<E: PgExecutor>(s
     claimed.sort_by_key(|t| t.payload["i"].as_i64());
     let ids: Vec<String> = claimed.iter().map(|t| t.id.clone()).collect();
     store.cancel(&ids[1]).await.expect("cancel request");
-    store.complete(&ids[2], "w1", json!("early")).await.expect("settled before the batch");
-    let complete = |id: &String, r: serde_json::Value| Settlement::Complete {
-        id: id.clone(),
-        worker_id: "w1".into(),
-        result: r,
-    };
+    store.complete(&Lease::new(&ids[2], "w1"), json!("early")).await.expect("settled before the batch");
+    let complete =
+        |id: &String, r: serde_json::Value| Settlement::Complete { lease: Lease::new(id, "w1"), result: r };
     let items = vec![
         complete(&ids[0], json!({"r": 0})),
         complete(&ids[1], json!({"r": 1})),
@@ -133,10 +137,10 @@ pub async fn settle_batch_of_one_workers_completes_answers_each<E: PgExecutor>(s
     assert_eq!(store.claim(&claim("w1")).await.expect("claim")[0].id, live.id);
     let bad = vec![
         complete(&live.id, json!(1)),
-        Settlement::Complete { id: String::new(), worker_id: "w1".into(), result: json!(1) },
+        Settlement::Complete { lease: Lease::new("", "w1"), result: json!(1) },
     ];
     let err = store.settle_batch(&bad).await.expect_err("an empty id is refused");
-    assert!(matches!(err, Error::InvalidArgument(ref why) if why.contains("task id")), "{err}");
+    assert!(matches!(err, Error::InvalidArgument(ref why) if why.contains("lease task id")), "{err}");
     let still = store.fetch(&live.id).await.expect("get");
     assert_eq!(
         still.status,
@@ -152,13 +156,13 @@ pub async fn release_gives_a_task_back_without_spending_its_attempt<E: PgExecuto
     let b = store.submit(NewTask::new("r", json!({}))).await.expect("submit");
     assert_eq!(store.claim(&claim("w1").limit(2)).await.expect("claim").len(), 2);
     store.cancel(&b.id).await.expect("cancel request");
-    let back = store.release(&a.id, "w1").await.expect("release");
+    let back = store.release(&Lease::new(&a.id, "w1")).await.expect("release");
     assert_eq!(
         (back.status, back.attempt, back.worker_id, back.lease_until_ms),
         (TaskStatus::Queued, 0, None, None)
     );
-    assert!(store.release(&a.id, "w1").await.expect_err("not running any more").is_lost_lease());
-    let canceled = store.release(&b.id, "w1").await.expect("release with a cancel request");
+    assert!(store.release(&Lease::new(&a.id, "w1")).await.expect_err("not running any more").is_lost_lease());
+    let canceled = store.release(&Lease::new(&b.id, "w1")).await.expect("release with a cancel request");
     assert_eq!(canceled.status, TaskStatus::Canceled);
     let again = store.claim(&claim("w2")).await.expect("claim again at once");
     assert_eq!((again.len(), again[0].id.as_str(), again[0].attempt), (1, a.id.as_str(), 1));

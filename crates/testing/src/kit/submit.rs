@@ -1,9 +1,11 @@
 //! Submitting: defaults and reads, bad arguments, `submit_in`, keys, batches.
 
 use serde_json::json;
+use std::time::Duration;
+
 use waymark_store::{
-    ClaimRequest, Conflict, Error, Failure, ListFilter, NewTask, PgExecutor, PgTransaction, PurgeFilter,
-    Store, TaskStatus,
+    ClaimRequest, Conflict, Error, Failure, Lease, ListFilter, NewTask, PgExecutor, PgTransaction,
+    PurgeFilter, Store, TaskStatus,
 };
 
 use super::{claim, count_all};
@@ -53,8 +55,8 @@ fn assert_invalid(result: Result<impl std::fmt::Debug, Error>, needle: &str) {
 /// nothing is written.
 pub async fn bad_arguments_are_refused_with_a_clear_error<E: PgExecutor>(store: &Store<E>) {
     assert_invalid(
-        store.submit(NewTask::new("x", json!({})).delay_ms(-1)).await,
-        "delay_ms must not be negative",
+        store.submit(NewTask::new("x", json!({})).delay(Duration::MAX)).await,
+        "delay of 18446744073709551615.999999999s is too long",
     );
     assert_invalid(
         store.submit(NewTask::new("x", json!({})).max_attempts(0)).await,
@@ -69,38 +71,44 @@ pub async fn bad_arguments_are_refused_with_a_clear_error<E: PgExecutor>(store: 
     );
     assert_invalid("first-wins".parse::<Conflict>(), "unknown conflict strategy \"first-wins\"");
     assert_invalid("done".parse::<TaskStatus>(), "unknown task status \"done\"");
-    let mut purge = PurgeFilter::older_than_ms(0);
+    let mut purge = PurgeFilter::older_than(Duration::ZERO);
     purge.status = Some(TaskStatus::Running);
     assert_invalid(
         store.purge(&purge).await,
         "purge status must be succeeded, failed or canceled, got running",
     );
     assert_invalid(
-        store.purge(&PurgeFilter { limit: 0, ..PurgeFilter::older_than_ms(0) }).await,
+        store.purge(&PurgeFilter { limit: 0, ..PurgeFilter::older_than(Duration::ZERO) }).await,
         "purge limit",
     );
-    assert_invalid(store.purge(&PurgeFilter::older_than_ms(-5)).await, "older_than_ms must not be negative");
-    assert_invalid(store.claim(&claim("w").lease_ms(0)).await, "lease_ms must be at least 1");
-    assert_invalid(store.claim(&ClaimRequest::new("", ["default"])).await, "worker_id must not be empty");
-    assert_invalid(store.heartbeat("task_x", "w", -1).await, "lease_ms must be at least 1");
+    assert_invalid(store.purge(&PurgeFilter::older_than(Duration::MAX)).await, "purge older_than of");
     assert_invalid(
-        store.heartbeat_batch(&["task_x".to_owned()], "w", 0).await,
-        "lease_ms must be at least 1",
+        store.claim(&claim("w").lease(Duration::from_micros(999))).await,
+        "lease must be at least 1 ms",
     );
+    assert_invalid(store.claim(&ClaimRequest::new("", ["default"])).await, "worker_id must not be empty");
     assert_invalid(
-        store.progress("task_x", "w", Some(1.5), None).await,
+        store.heartbeat(&Lease::new("task_x", "w"), Duration::ZERO).await,
+        "lease must be at least 1 ms",
+    );
+    assert_invalid(store.heartbeat_batch(&["task_x".to_owned()], "w", Duration::MAX).await, "lease of");
+    assert_invalid(
+        store.progress(&Lease::new("task_x", "w"), Some(1.5), None).await,
         "progress must be within [0, 1], got 1.5",
     );
     assert_invalid(
-        store.progress("task_x", "w", Some(f64::NAN), None).await,
+        store.progress(&Lease::new("task_x", "w"), Some(f64::NAN), None).await,
         "progress must be within [0, 1]",
     );
     assert_invalid(
-        store.fail("task_x", "w", &Failure::new(json!({})).delay_ms(-10)).await,
-        "delay_ms must not be negative",
+        store.fail(&Lease::new("task_x", "w"), &Failure::new(json!({})).delay(Duration::MAX)).await,
+        "failure delay of",
     );
-    assert_invalid(store.complete("", "w", json!(1)).await, "task id must not be empty");
-    assert_invalid(store.complete("task_x", "", json!(1)).await, "worker_id must not be empty");
+    assert_invalid(store.complete(&Lease::new("", "w"), json!(1)).await, "lease task id must not be empty");
+    assert_invalid(
+        store.complete(&Lease::new("task_x", ""), json!(1)).await,
+        "lease worker_id must not be empty",
+    );
     assert_invalid(
         store.list(&ListFilter { limit: -1, ..Default::default() }).await,
         "list limit must not be negative",
@@ -152,7 +160,7 @@ pub async fn keyed_submit_strategies<E: PgExecutor>(store: &Store<E>) {
     let keyed = |conflict| NewTask::new("x", json!({})).key("K").conflict(conflict);
     let first = store.submit(keyed(Conflict::Reject)).await.expect("first");
     store.claim(&claim("w1")).await.expect("claim");
-    store.complete(&first.id, "w1", json!(1)).await.expect("complete");
+    store.complete(&Lease::new(&first.id, "w1"), json!(1)).await.expect("complete");
 
     // reject refuses even a finished task, naming it.
     match store.submit(keyed(Conflict::Reject)).await {
@@ -209,7 +217,7 @@ pub async fn submit_batch_inserts_many_in_order<E: PgExecutor>(store: &Store<E>)
                 .metadata(json!({"m": i}));
             match i % 3 {
                 0 => t,
-                1 => t.delay_ms(60_000).correlation_id(format!("c{i}")),
+                1 => t.delay(Duration::from_secs(60)).correlation_id(format!("c{i}")),
                 _ => t.parent_id(&parent.id).root_id(parent.root_id.clone().unwrap_or_default()),
             }
         })

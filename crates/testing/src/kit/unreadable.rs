@@ -88,7 +88,7 @@ pub async fn a_row_it_cannot_read_stops_nothing<E: PgExecutor>(store: &Store<E>)
     // A result another SDK wrote that cannot be read is an error, not `None`.
     let called = store.call(NewTask::new("x", json!({})).queue("calls"), Duration::from_secs(20));
     let answer = async {
-        let req = ClaimRequest::new("w3", ["calls"]).lease_ms(30_000);
+        let req = ClaimRequest::new("w3", ["calls"]).lease(Duration::from_secs(30));
         let task = crate::until_some(Duration::from_secs(20), "the called task claimed", || async {
             store.claim(&req).await.expect("claim").pop()
         })

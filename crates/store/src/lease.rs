@@ -1,0 +1,94 @@
+//! The lease: what every owned write names.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+use crate::task::{Task, TaskStatus};
+
+/// One worker's claim on one running task. Every owned write (heartbeat,
+/// progress, settlement, release) takes one, so a task id and a worker id
+/// can never be passed in each other's place.
+///
+/// A lease taken from a claimed task ([`Task::lease`]) is fenced to that
+/// claim's attempt: a write sent with it lands only while the task is on
+/// that attempt, so a write resent after a lost answer, or made by a run
+/// that lost its lease, never touches a later claim of the same task by the
+/// same worker. A lease named by hand with [`Lease::new`] has no fence (the
+/// protocol's check: task, worker, live lease).
+///
+/// ```
+/// use waymark_store::Lease;
+/// let lease = Lease::new("task_01J0000000000000000000000A", "worker-1").on_attempt(2);
+/// assert_eq!(lease.task_id(), "task_01J0000000000000000000000A");
+/// assert_eq!(lease.attempt(), Some(2));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    task_id: String,
+    worker_id: String,
+    attempt: Option<i32>,
+}
+
+impl Lease {
+    /// The lease `worker_id` holds on `task_id`, not fenced to an attempt.
+    pub fn new(task_id: impl Into<String>, worker_id: impl Into<String>) -> Self {
+        Lease { task_id: task_id.into(), worker_id: worker_id.into(), attempt: None }
+    }
+
+    /// Fences the lease to the claim on `attempt`.
+    pub fn on_attempt(mut self, attempt: i32) -> Self {
+        self.attempt = Some(attempt);
+        self
+    }
+
+    /// The task.
+    pub fn task_id(&self) -> &str {
+        &self.task_id
+    }
+
+    /// The worker that holds it.
+    pub fn worker_id(&self) -> &str {
+        &self.worker_id
+    }
+
+    /// The claim's attempt it is fenced to, if any.
+    pub fn attempt(&self) -> Option<i32> {
+        self.attempt
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.task_id.is_empty() {
+            return Err(Error::invalid("lease task id must not be empty"));
+        }
+        if self.worker_id.is_empty() {
+            return Err(Error::invalid("lease worker_id must not be empty"));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} held by {}", self.task_id, self.worker_id)?;
+        match self.attempt {
+            Some(n) => write!(f, " on attempt {n}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Task {
+    /// The lease of this claim: its worker, fenced to its attempt. An
+    /// [`Error::InvalidArgument`] for a task that is not running (a row
+    /// read before a claim or after a settlement holds no lease).
+    pub fn lease(&self) -> Result<Lease> {
+        match (&self.status, &self.worker_id) {
+            (TaskStatus::Running, Some(worker)) => {
+                Ok(Lease::new(self.id.clone(), worker.clone()).on_attempt(self.attempt))
+            }
+            (status, _) => {
+                Err(Error::invalid(format!("task {} is {status}, not running: it holds no lease", self.id)))
+            }
+        }
+    }
+}
