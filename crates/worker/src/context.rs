@@ -8,6 +8,8 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value as Json;
 use std::time::Duration;
+
+use crate::events::{Events, WorkerEvent};
 use tokio::sync::watch;
 
 use waymark_store::{Error, Lease, NewTask, PgExecutor, PgTransaction, Result, RetryBackoff, Store, Task};
@@ -40,12 +42,14 @@ pub(crate) struct Running {
     /// The run's future is being polled right now; true for long only
     /// when it is stuck in blocking code.
     in_poll: AtomicBool,
+    events: Events,
 }
 
 impl Running {
-    pub(crate) fn new(lease: Lease) -> Arc<Self> {
+    pub(crate) fn new(lease: Lease, events: Events) -> Arc<Self> {
         Arc::new(Running {
             lease,
+            events,
             cancel: watch::channel(None).0,
             lost: AtomicBool::new(false),
             settled: AtomicBool::new(false),
@@ -76,7 +80,9 @@ impl Running {
     }
 
     pub(crate) fn mark_lost(&self) {
-        self.lost.store(true, Ordering::SeqCst);
+        if !self.lost.swap(true, Ordering::SeqCst) {
+            self.events.emit(|| WorkerEvent::LeaseLost { task_id: self.id().to_owned() });
+        }
         self.cancel(CancelReason::LeaseLost);
     }
 
@@ -295,7 +301,11 @@ impl<E: PgExecutor> TaskContext<E> {
                 // commit must not succeed without its writes).
                 self.running.take_settlement();
                 match tx.commit().await {
-                    Ok(()) => Ok(task),
+                    Ok(()) => {
+                        let (task_id, status) = (task.id.clone(), task.status);
+                        self.running.events.emit(|| WorkerEvent::Settled { task_id, status });
+                        Ok(task)
+                    }
                     Err(e) => {
                         let e = Error::from(e);
                         self.record_failed_commit(&e).await;
@@ -325,8 +335,14 @@ impl<E: PgExecutor> TaskContext<E> {
         if self.running.reason() == Some(CancelReason::Shutdown) {
             // Shutdown gives back what it stopped, attempt unspent; this
             // run took the settlement, so it gives the task back itself.
-            if let Err(err) = self.store.release(self.lease()).await {
-                tracing::warn!(task = %self.task.id, error = %err, "giving back a task whose commit failed at shutdown failed; the lease decides");
+            match self.store.release(self.lease()).await {
+                Ok(task) => {
+                    let (task_id, status) = (task.id, task.status);
+                    self.running.events.emit(|| WorkerEvent::GivenBack { task_id, status });
+                }
+                Err(err) => {
+                    tracing::warn!(task = %self.task.id, error = %err, "giving back a task whose commit failed at shutdown failed; the lease decides");
+                }
             }
             return;
         }

@@ -74,6 +74,7 @@ mod builder;
 mod claim_loop;
 mod context;
 mod error;
+mod events;
 mod handler;
 mod heartbeat;
 mod run;
@@ -84,6 +85,7 @@ mod worker;
 pub use builder::WorkerBuilder;
 pub use context::{CancelReason, TaskContext};
 pub use error::TaskError;
+pub use events::WorkerEvent;
 pub use worker::{Worker, WorkerError, WorkerHandle};
 
 #[doc(no_inline)]

@@ -13,6 +13,7 @@ use waymark_store::{codes, Error, Failure, Lease, PgExecutor, Settlement, Task};
 
 use crate::context::{CancelReason, Running, TaskContext};
 use crate::error::envelope;
+use crate::events::WorkerEvent;
 use crate::handler::Outcome;
 use crate::settle::Settler;
 use crate::worker::Shared;
@@ -28,7 +29,12 @@ pub(crate) fn start_run<E: PgExecutor + 'static>(
     task: Task,
 ) {
     let lease = Lease::new(task.id.clone(), &*shared.settings.worker_id).on_attempt(task.attempt);
-    let running = Running::new(lease);
+    let running = Running::new(lease, shared.state.events.clone());
+    shared.state.events.emit(|| WorkerEvent::Claimed {
+        task_id: task.id.clone(),
+        name: task.name.clone(),
+        attempt: task.attempt,
+    });
     shared.state.busy.fetch_add(1, Ordering::SeqCst);
     let previous =
         shared.state.running.lock().expect("running lock").insert(task.id.clone(), running.clone());
@@ -246,8 +252,9 @@ pub(crate) fn settled<E>(
     answer: Result<waymark_store::Settled, Error>,
 ) {
     match answer {
-        Ok(_) => {
+        Ok(s) => {
             shared.state.settled.fetch_add(1, Ordering::Relaxed);
+            shared.state.events.emit(|| WorkerEvent::Settled { task_id: s.id, status: s.status });
         }
         Err(e) if e.is_lost_lease() => {
             tracing::debug!(task = %settlement.task_id(), "lease lost before settlement");

@@ -9,6 +9,7 @@ use tokio::task::JoinSet;
 use waymark_store::PgExecutor;
 
 use crate::context::{CancelReason, Running};
+use crate::events::WorkerEvent;
 use crate::run::{passing, while_passing, STOP_GRACE};
 use crate::worker::Shared;
 
@@ -86,8 +87,10 @@ pub(crate) async fn release<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r:
     let first = again().await;
     let resent = first.as_ref().is_err_and(passing);
     match while_passing(first, deadline, || r.is_lost(), r.id(), again).await {
-        Ok(_) => {
+        Ok(task) => {
             shared.state.settled.fetch_add(1, Ordering::Relaxed);
+            let (task_id, status) = (task.id, task.status);
+            shared.state.events.emit(|| WorkerEvent::GivenBack { task_id, status });
         }
         // A resend finds the task gone when the first try had committed.
         Err(e) if e.is_lost_lease() && resent => {

@@ -13,6 +13,7 @@ use waymark_store::{Error, PgExecutor, RetryBackoff, Store};
 use crate::builder::WorkerBuilder;
 use crate::claim_loop::claim_loop;
 use crate::context::Running;
+use crate::events::{Events, WorkerEvent};
 use crate::handler::Handler;
 use crate::heartbeat::heartbeat_loop;
 use crate::settle::Settler;
@@ -61,6 +62,7 @@ pub(crate) struct State {
     #[cfg(feature = "test-hooks")]
     pub(crate) heartbeats_paused: std::sync::atomic::AtomicBool,
     pub(crate) settled: AtomicU64,
+    pub(crate) events: Events,
 }
 
 /// Everything the worker's tasks share: its store and handlers, its
@@ -110,6 +112,7 @@ pub struct WorkerHandle {
     paused: Arc<dyn Fn(bool) + Send + Sync>,
     running: Arc<dyn Fn() -> usize + Send + Sync>,
     settled: Arc<dyn Fn() -> u64 + Send + Sync>,
+    events: Events,
 }
 
 impl std::fmt::Debug for WorkerHandle {
@@ -142,6 +145,15 @@ impl WorkerHandle {
     /// by the worker's own write).
     pub fn settled(&self) -> u64 {
         (self.settled)()
+    }
+
+    /// Subscribes to what the worker does from now on: claims,
+    /// settlements, lost leases, tasks given back, its stop (see
+    /// [`WorkerEvent`]). A subscriber that falls more than 4096 events
+    /// behind misses the oldest and is told how many
+    /// (`RecvError::Lagged`). Without subscribers no event is built.
+    pub fn events(&self) -> tokio::sync::broadcast::Receiver<WorkerEvent> {
+        self.events.subscribe()
     }
 }
 
@@ -182,6 +194,7 @@ impl<E: PgExecutor + 'static> Worker<E> {
             paused: Arc::new(move |p| s1.state.heartbeats_paused.store(p, Ordering::SeqCst)),
             running: Arc::new(move || s2.running_count()),
             settled: Arc::new(move || s3.state.settled.load(Ordering::Relaxed)),
+            events: self.shared.state.events.clone(),
         }
     }
 
@@ -199,6 +212,7 @@ impl<E: PgExecutor + 'static> Worker<E> {
         if let Some(b) = batcher {
             b.finish().await; // flushes what is queued, then ends
         }
+        shared.state.events.emit(|| WorkerEvent::Stopped);
     }
 }
 

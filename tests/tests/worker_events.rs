@@ -1,0 +1,134 @@
+//! The worker's events: what a subscriber sees of each task's life, in
+//! order, and that a test can wait on them instead of polling the table.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::broadcast::Receiver;
+use waymark_store::{ClaimRequest, NewTask, TaskStatus};
+use waymark_tests::{pool_store, TestSchema};
+use waymark_worker::{CancelReason, Worker, WorkerEvent};
+
+/// The next event, or a panic naming what was awaited.
+async fn next(events: &mut Receiver<WorkerEvent>, what: &str) -> WorkerEvent {
+    match tokio::time::timeout(Duration::from_secs(20), events.recv()).await {
+        Ok(Ok(event)) => event,
+        Ok(Err(e)) => panic!("waiting for {what}: {e}"),
+        Err(_) => panic!("no event within 20 s while waiting for {what}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_sees_claims_settlements_lost_leases_give_backs_and_the_stop() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let w = Worker::builder(store.clone())
+        .queues(["ev"])
+        .lease(Duration::from_secs(2))
+        .heartbeat_interval(Duration::from_millis(100))
+        // No poll of this worker's may recover the lease the test expires:
+        // the thief below must be the one to take the task.
+        .poll_interval(Duration::from_secs(60))
+        .shutdown_grace(Duration::from_millis(200))
+        .task("ok", |_ctx, p: serde_json::Value| async move { Ok(p) })
+        .task("fails", |_ctx, _p: serde_json::Value| async move {
+            Err::<(), _>(waymark_worker::TaskError::new("no").retryable(false))
+        })
+        .task("hold", |ctx, _p: serde_json::Value| async move {
+            // Until the token fires; a lost lease ends the run, whose
+            // answer is then dropped.
+            let reason = ctx.cancelled().await;
+            assert_ne!(reason, CancelReason::Requested);
+            Ok(())
+        })
+        .build()
+        .expect("worker");
+    let handle = w.handle();
+    let mut events = handle.events();
+    let run = tokio::spawn(w.run());
+
+    let ok = store.submit(NewTask::new("ok", json!({"n": 1})).queue("ev")).await.expect("submit");
+    assert_eq!(
+        next(&mut events, "the claim").await,
+        WorkerEvent::Claimed { task_id: ok.id.clone(), name: "ok".into(), attempt: 1 }
+    );
+    assert_eq!(
+        next(&mut events, "the settlement").await,
+        WorkerEvent::Settled { task_id: ok.id.clone(), status: TaskStatus::Succeeded }
+    );
+    let failed = store.submit(NewTask::new("fails", json!({})).queue("ev")).await.expect("submit");
+    assert!(
+        matches!(next(&mut events, "the claim").await, WorkerEvent::Claimed { ref task_id, .. } if *task_id == failed.id)
+    );
+    assert_eq!(
+        next(&mut events, "the failure").await,
+        WorkerEvent::Settled { task_id: failed.id.clone(), status: TaskStatus::Failed }
+    );
+
+    // A lease ended by writing the row, the task taken by another worker:
+    // the next heartbeat misses it.
+    let held = store.submit(NewTask::new("hold", json!({})).queue("ev")).await.expect("submit");
+    assert!(
+        matches!(next(&mut events, "the claim").await, WorkerEvent::Claimed { ref task_id, .. } if *task_id == held.id)
+    );
+    let admin = waymark_tests::db::admin_client(&schema.url).await;
+    admin
+        .execute(
+            &format!("update \"{}\".cairnq_tasks set lease_until_ms = 1 where id = $1", schema.schema),
+            &[&held.id],
+        )
+        .await
+        .expect("expire the lease");
+    let stolen = store.claim(&ClaimRequest::new("thief", ["ev"]).limit(1)).await.expect("claim");
+    assert_eq!(stolen.len(), 1);
+    assert_eq!(
+        next(&mut events, "the lost lease").await,
+        WorkerEvent::LeaseLost { task_id: held.id.clone() }
+    );
+
+    // Shutdown gives an unfinished task back, then the worker stops.
+    let back = store.submit(NewTask::new("hold", json!({})).queue("ev")).await.expect("submit");
+    assert!(
+        matches!(next(&mut events, "the claim").await, WorkerEvent::Claimed { ref task_id, .. } if *task_id == back.id)
+    );
+    handle.shutdown();
+    assert_eq!(
+        next(&mut events, "the give-back").await,
+        WorkerEvent::GivenBack { task_id: back.id.clone(), status: TaskStatus::Queued }
+    );
+    assert_eq!(next(&mut events, "the stop").await, WorkerEvent::Stopped);
+    run.await.expect("worker ends");
+    let row = store.fetch(&back.id).await.expect("fetch");
+    assert_eq!((row.status, row.attempt), (TaskStatus::Queued, 0), "the event says what the row holds");
+    assert_eq!(handle.settled(), 3, "two settlements and one give-back");
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_in_is_reported_as_a_settlement() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let w = Worker::builder(store.clone())
+        .queues(["ev-tx"])
+        .task("own", |ctx, _p: serde_json::Value| async move {
+            let tx = ctx.begin().await?;
+            ctx.complete_in(tx, json!("mine")).await?;
+            Ok(())
+        })
+        .build()
+        .expect("worker");
+    let handle = w.handle();
+    let mut events = handle.events();
+    let run = tokio::spawn(w.run());
+    let t = store.submit(NewTask::new("own", json!({})).queue("ev-tx")).await.expect("submit");
+    assert!(matches!(next(&mut events, "the claim").await, WorkerEvent::Claimed { .. }));
+    assert_eq!(
+        next(&mut events, "the handler's settlement").await,
+        WorkerEvent::Settled { task_id: t.id.clone(), status: TaskStatus::Succeeded }
+    );
+    handle.shutdown();
+    assert_eq!(next(&mut events, "the stop").await, WorkerEvent::Stopped, "and nothing settles it twice");
+    run.await.expect("worker ends");
+    schema.drop().await;
+}
