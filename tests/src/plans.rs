@@ -91,6 +91,9 @@ pub async fn explain_hot_statements(client: &mut Client, running: &[String], ana
     let results = serde_json::Value::Object(
         ids.iter().map(|id| (id.clone(), serde_json::json!({"ok": true}))).collect(),
     );
+    // The worker's fence: each id's claim attempt (see complete_batch.sql).
+    let attempts =
+        serde_json::Value::Object(ids.iter().map(|id| (id.clone(), serde_json::json!(1))).collect());
     let queues = vec![QUEUE.to_owned()];
     let two_queues = vec![QUEUE.to_owned(), "plans-other".to_owned()];
     let names = vec![NAME.to_owned()];
@@ -147,7 +150,12 @@ pub async fn explain_hot_statements(client: &mut Client, running: &[String], ana
         Case {
             stmt: Statement::CompleteBatch,
             how: "",
-            binds: vec![("results", &results), ("ids", &ids), ("worker_id", &WORKER)],
+            binds: vec![
+                ("results", &results),
+                ("ids", &ids),
+                ("worker_id", &WORKER),
+                ("attempts", &attempts),
+            ],
         },
         Case {
             stmt: Statement::HeartbeatBatch,

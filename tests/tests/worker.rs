@@ -580,3 +580,26 @@ async fn a_settlement_refused_by_a_saturated_pool_is_tried_again() {
     run.await.expect("worker ends");
     schema.drop().await;
 }
+
+/// Settings a worker could not run with are refused when it is built,
+/// each with an error naming the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_builder_refuses_settings_it_cannot_run() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let refused = |b: waymark_worker::WorkerBuilder<PgPool>, needle: &str| {
+        let err = b.task("x", |_ctx, _p: serde_json::Value| async move { Ok(()) }).build().expect_err(needle);
+        assert!(err.to_string().contains(needle), "{err} should name {needle:?}");
+    };
+    let year = Duration::from_secs(400 * 24 * 3600);
+    refused(Worker::builder(store.clone()).lease(Duration::from_millis(5)), "lease must be at least 10 ms");
+    refused(Worker::builder(store.clone()).lease(year), "lease must be at most");
+    refused(Worker::builder(store.clone()).retry_backoff(Duration::from_secs(1), year), "retry backoff max");
+    refused(
+        Worker::builder(store.clone())
+            .lease(Duration::from_secs(1))
+            .heartbeat_interval(Duration::from_secs(2)),
+        "must be shorter than the lease",
+    );
+    schema.drop().await;
+}

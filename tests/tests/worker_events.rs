@@ -55,7 +55,7 @@ async fn a_subscriber_sees_claims_settlements_lost_leases_give_backs_and_the_sto
     );
     assert_eq!(
         next(&mut events, "the settlement").await,
-        WorkerEvent::Settled { task_id: ok.id.clone(), status: TaskStatus::Succeeded }
+        WorkerEvent::Settled { task_id: ok.id.clone(), attempt: 1, status: TaskStatus::Succeeded }
     );
     let failed = store.submit(NewTask::new("fails", json!({})).queue("ev")).await.expect("submit");
     assert!(
@@ -63,7 +63,7 @@ async fn a_subscriber_sees_claims_settlements_lost_leases_give_backs_and_the_sto
     );
     assert_eq!(
         next(&mut events, "the failure").await,
-        WorkerEvent::Settled { task_id: failed.id.clone(), status: TaskStatus::Failed }
+        WorkerEvent::Settled { task_id: failed.id.clone(), attempt: 1, status: TaskStatus::Failed }
     );
 
     // A lease ended by writing the row, the task taken by another worker:
@@ -84,7 +84,7 @@ async fn a_subscriber_sees_claims_settlements_lost_leases_give_backs_and_the_sto
     assert_eq!(stolen.len(), 1);
     assert_eq!(
         next(&mut events, "the lost lease").await,
-        WorkerEvent::LeaseLost { task_id: held.id.clone() }
+        WorkerEvent::LeaseLost { task_id: held.id.clone(), attempt: 1 }
     );
 
     // Shutdown gives an unfinished task back, then the worker stops.
@@ -95,7 +95,7 @@ async fn a_subscriber_sees_claims_settlements_lost_leases_give_backs_and_the_sto
     handle.shutdown();
     assert_eq!(
         next(&mut events, "the give-back").await,
-        WorkerEvent::GivenBack { task_id: back.id.clone(), status: TaskStatus::Queued }
+        WorkerEvent::GivenBack { task_id: back.id.clone(), attempt: 1, status: TaskStatus::Queued }
     );
     assert_eq!(next(&mut events, "the stop").await, WorkerEvent::Stopped);
     run.await.expect("worker ends");
@@ -125,7 +125,7 @@ async fn complete_in_is_reported_as_a_settlement() {
     assert!(matches!(next(&mut events, "the claim").await, WorkerEvent::Claimed { .. }));
     assert_eq!(
         next(&mut events, "the handler's settlement").await,
-        WorkerEvent::Settled { task_id: t.id.clone(), status: TaskStatus::Succeeded }
+        WorkerEvent::Settled { task_id: t.id.clone(), attempt: 1, status: TaskStatus::Succeeded }
     );
     handle.shutdown();
     assert_eq!(next(&mut events, "the stop").await, WorkerEvent::Stopped, "and nothing settles it twice");

@@ -12,9 +12,13 @@ use crate::task::{Task, TaskStatus};
 /// A lease taken from a claimed task ([`Task::lease`]) is fenced to that
 /// claim's attempt: a write sent with it lands only while the task is on
 /// that attempt, so a write resent after a lost answer, or made by a run
-/// that lost its lease, never touches a later claim of the same task by the
-/// same worker. A lease named by hand with [`Lease::new`] has no fence (the
-/// protocol's check: task, worker, live lease).
+/// that lost its lease, does not touch a later claim of the same task by the
+/// same worker. The fence is the attempt number, which a release (attempt
+/// given back) or a `retry` with `reset_attempt` can bring back: a later
+/// claim at the same number by the same worker id passes it. A lease named
+/// by hand with [`Lease::new`] has no fence (the protocol's check: task,
+/// worker, live lease). [`Store::heartbeat_batch`](crate::Store::heartbeat_batch),
+/// one worker's beat for all it holds, checks no attempt either.
 ///
 /// ```
 /// use waymark_store::Lease;

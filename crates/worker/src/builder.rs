@@ -14,6 +14,9 @@ use crate::error::TaskError;
 use crate::handler::{Handler, Typed};
 use crate::worker::{ErrorHook, Settings, Shared, State, Worker, WorkerError};
 
+/// The longest lease or retry backoff a worker takes: far past any real
+/// need, and far inside the protocol's int8 milliseconds and `Instant`'s range.
+const LONGEST: Duration = Duration::from_secs(366 * 24 * 3600);
 /// Configures a [`Worker`]; every setting's doc states its default.
 pub struct WorkerBuilder<E> {
     store: Arc<Store<E>>,
@@ -166,6 +169,12 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
         }
         if self.lease < Duration::from_millis(10) {
             return bad(format!("lease must be at least 10 ms, got {:?}", self.lease));
+        }
+        if self.lease > LONGEST {
+            return bad(format!("lease must be at most {LONGEST:?}, got {:?}", self.lease));
+        }
+        if self.backoff.max > LONGEST {
+            return bad(format!("retry backoff max must be at most {LONGEST:?}, got {:?}", self.backoff.max));
         }
         let heartbeat = self.heartbeat.unwrap_or(self.lease / 3).max(Duration::from_millis(50));
         if heartbeat >= self.lease {

@@ -62,6 +62,28 @@ impl Running {
         self.lease.task_id()
     }
 
+    pub(crate) fn attempt(&self) -> i32 {
+        self.lease.attempt().unwrap_or(0)
+    }
+
+    /// Reports a settlement of this run that committed.
+    pub(crate) fn report_settled(&self, status: waymark_store::TaskStatus) {
+        self.events.emit(|| WorkerEvent::Settled {
+            task_id: self.id().to_owned(),
+            attempt: self.attempt(),
+            status,
+        });
+    }
+
+    /// Reports a give-back of this run's task that committed.
+    pub(crate) fn report_given_back(&self, status: waymark_store::TaskStatus) {
+        self.events.emit(|| WorkerEvent::GivenBack {
+            task_id: self.id().to_owned(),
+            attempt: self.attempt(),
+            status,
+        });
+    }
+
     /// Fires the token, keeping the first reason.
     pub(crate) fn cancel(&self, reason: CancelReason) {
         self.cancel.send_if_modified(|r| {
@@ -80,8 +102,11 @@ impl Running {
     }
 
     pub(crate) fn mark_lost(&self) {
-        if !self.lost.swap(true, Ordering::SeqCst) {
-            self.events.emit(|| WorkerEvent::LeaseLost { task_id: self.id().to_owned() });
+        // A run already settled loses nothing (a re-claim of a retry due
+        // at once finds it winding down).
+        if !self.lost.swap(true, Ordering::SeqCst) && !self.is_settled() {
+            self.events
+                .emit(|| WorkerEvent::LeaseLost { task_id: self.id().to_owned(), attempt: self.attempt() });
         }
         self.cancel(CancelReason::LeaseLost);
     }
@@ -182,7 +207,10 @@ impl<E: PgExecutor> TaskContext<E> {
     }
 
     /// This run's lease, fenced to its attempt, for owned writes made
-    /// through [`TaskContext::store`] directly.
+    /// through [`TaskContext::store`] directly. A settlement written that
+    /// way is the handler's own: the worker's settlement after it finds
+    /// the task settled and is dropped, and no event reports it; settle
+    /// with [`TaskContext::complete_in`] instead.
     pub fn lease(&self) -> &Lease {
         &self.running.lease
     }
@@ -302,8 +330,7 @@ impl<E: PgExecutor> TaskContext<E> {
                 self.running.take_settlement();
                 match tx.commit().await {
                     Ok(()) => {
-                        let (task_id, status) = (task.id.clone(), task.status);
-                        self.running.events.emit(|| WorkerEvent::Settled { task_id, status });
+                        self.running.report_settled(task.status);
                         Ok(task)
                     }
                     Err(e) => {
@@ -336,10 +363,7 @@ impl<E: PgExecutor> TaskContext<E> {
             // Shutdown gives back what it stopped, attempt unspent; this
             // run took the settlement, so it gives the task back itself.
             match self.store.release(self.lease()).await {
-                Ok(task) => {
-                    let (task_id, status) = (task.id, task.status);
-                    self.running.events.emit(|| WorkerEvent::GivenBack { task_id, status });
-                }
+                Ok(task) => self.running.report_given_back(task.status),
                 Err(err) => {
                     tracing::warn!(task = %self.task.id, error = %err, "giving back a task whose commit failed at shutdown failed; the lease decides");
                 }
@@ -353,8 +377,11 @@ impl<E: PgExecutor> TaskContext<E> {
             true,
         );
         let failure = waymark_store::Failure::new(envelope).delay(self.backoff.delay(self.task.attempt));
-        if let Err(err) = self.store.fail(self.lease(), &failure).await {
-            tracing::warn!(task = %self.task.id, error = %err, "recording a failed commit failed; the lease decides");
+        match self.store.fail(self.lease(), &failure).await {
+            Ok(task) => self.running.report_settled(task.status),
+            Err(err) => {
+                tracing::warn!(task = %self.task.id, error = %err, "recording a failed commit failed; the lease decides");
+            }
         }
     }
 

@@ -9,7 +9,14 @@ use waymark_store::TaskStatus;
 /// some (it then gets `RecvError::Lagged` with the count).
 const CAPACITY: usize = 4096;
 
-/// One thing a worker did, in the order it did them for any one task.
+/// One thing a worker did. For one claim of a task (one attempt) the
+/// events come in the order it happened; the events of two claims of one
+/// task may interleave (a retry due at once can be claimed again before
+/// the first run's slot is free), so each carries its attempt.
+///
+/// A settlement or give-back whose first try committed but whose answer
+/// was lost, and whose resend then found the task settled, is reported by
+/// no event: the worker cannot tell it from a lease lost meanwhile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WorkerEvent {
@@ -27,6 +34,8 @@ pub enum WorkerEvent {
     Settled {
         /// The task.
         task_id: String,
+        /// The claim's attempt.
+        attempt: i32,
         /// What the row became: `succeeded`, `failed`, `canceled`, or
         /// `queued` for a retry.
         status: TaskStatus,
@@ -36,12 +45,16 @@ pub enum WorkerEvent {
     LeaseLost {
         /// The task.
         task_id: String,
+        /// The claim's attempt.
+        attempt: i32,
     },
     /// Shutdown gave the task back unspent (`queued`), or ended it
     /// `canceled` on a cancel request.
     GivenBack {
         /// The task.
         task_id: String,
+        /// The claim's attempt (the row's is one less: it was not spent).
+        attempt: i32,
         /// What the row became.
         status: TaskStatus,
     },

@@ -30,11 +30,6 @@ pub(crate) fn start_run<E: PgExecutor + 'static>(
 ) {
     let lease = Lease::new(task.id.clone(), &*shared.settings.worker_id).on_attempt(task.attempt);
     let running = Running::new(lease, shared.state.events.clone());
-    shared.state.events.emit(|| WorkerEvent::Claimed {
-        task_id: task.id.clone(),
-        name: task.name.clone(),
-        attempt: task.attempt,
-    });
     shared.state.busy.fetch_add(1, Ordering::SeqCst);
     let previous =
         shared.state.running.lock().expect("running lock").insert(task.id.clone(), running.clone());
@@ -46,6 +41,11 @@ pub(crate) fn start_run<E: PgExecutor + 'static>(
         // recovered and re-took it): that run must write nothing more.
         old.mark_lost();
     }
+    shared.state.events.emit(|| WorkerEvent::Claimed {
+        task_id: task.id.clone(),
+        name: task.name.clone(),
+        attempt: task.attempt,
+    });
     let shared = shared.clone();
     let settler = settler.clone();
     let task = Arc::new(task);
@@ -254,7 +254,8 @@ pub(crate) fn settled<E>(
     match answer {
         Ok(s) => {
             shared.state.settled.fetch_add(1, Ordering::Relaxed);
-            shared.state.events.emit(|| WorkerEvent::Settled { task_id: s.id, status: s.status });
+            let attempt = settlement.lease().attempt().unwrap_or(0);
+            shared.state.events.emit(|| WorkerEvent::Settled { task_id: s.id, attempt, status: s.status });
         }
         Err(e) if e.is_lost_lease() => {
             tracing::debug!(task = %settlement.task_id(), "lease lost before settlement");

@@ -9,7 +9,6 @@ use tokio::task::JoinSet;
 use waymark_store::PgExecutor;
 
 use crate::context::{CancelReason, Running};
-use crate::events::WorkerEvent;
 use crate::run::{passing, while_passing, STOP_GRACE};
 use crate::worker::Shared;
 
@@ -89,8 +88,7 @@ pub(crate) async fn release<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r:
     match while_passing(first, deadline, || r.is_lost(), r.id(), again).await {
         Ok(task) => {
             shared.state.settled.fetch_add(1, Ordering::Relaxed);
-            let (task_id, status) = (task.id, task.status);
-            shared.state.events.emit(|| WorkerEvent::GivenBack { task_id, status });
+            r.report_given_back(task.status);
         }
         // A resend finds the task gone when the first try had committed.
         Err(e) if e.is_lost_lease() && resent => {
