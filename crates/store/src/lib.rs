@@ -31,6 +31,7 @@ mod id;
 mod lease;
 mod migrate;
 mod options;
+mod retention;
 mod signals;
 mod statements;
 mod store;
@@ -48,6 +49,7 @@ pub use id::{new_task_id, task_id_from_parts};
 pub use lease::Lease;
 pub use migrate::{MigrationReport, MigrationState};
 pub use options::{ClaimRequest, Conflict, Failure, ListFilter, NewTask, PurgeFilter};
+pub use retention::{Retention, RetentionRule, SweepHook, Sweeper};
 pub use signals::Signal;
 pub use store::{
     ConnectOptions, Settlement, Store, DEFAULT_LOCK_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT,
