@@ -43,6 +43,14 @@ impl TestSchema {
     pub async fn drop(self) {
         self.0.drop().await;
     }
+
+    /// Ends the lease of running task `id` as time would, by writing the
+    /// row: the next claim pass that probes finds it expired.
+    pub async fn expire_lease(&self, id: &str) {
+        let sql = format!("update \"{}\".cairnq_tasks set lease_until_ms = 1 where id = $1", self.schema);
+        let updated = admin_client(&self.url).await.execute(&sql, &[&id]).await.expect("expire the lease");
+        assert_eq!(updated, 1, "task {id} to expire");
+    }
 }
 
 impl std::ops::Deref for TestSchema {

@@ -390,13 +390,7 @@ async fn complete_in_commits_the_handlers_rows_with_the_settlement_or_neither() 
     })
     .await;
     // Take it over by force: mark it expired, then claim it as another worker.
-    admin
-        .execute(
-            &format!("update \"{}\".cairnq_tasks set lease_until_ms = 0 where id = $1", schema.schema),
-            &[&stolen.id],
-        )
-        .await
-        .expect("expire the lease");
+    schema.expire_lease(&stolen.id).await;
     let thief = store
         .claim(&ClaimRequest::new("thief", ["tx"]).limit(1).lease(Duration::from_millis(60_000)))
         .await

@@ -6,9 +6,17 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::broadcast::Receiver;
+use waymark_pool::PgPool;
 use waymark_store::{ClaimRequest, NewTask, TaskStatus};
 use waymark_tests::{pool_store, TestSchema};
-use waymark_worker::{CancelReason, Worker, WorkerEvent};
+use waymark_worker::{CancelReason, Worker, WorkerEvent, WorkerHandle};
+
+/// Runs `w` in the background, subscribed to its events before it starts.
+fn start(w: Worker<PgPool>) -> (WorkerHandle, Receiver<WorkerEvent>, tokio::task::JoinHandle<()>) {
+    let handle = w.handle();
+    let events = handle.events();
+    (handle, events, tokio::spawn(w.run()))
+}
 
 /// The next event, or a panic naming what was awaited.
 async fn next(events: &mut Receiver<WorkerEvent>, what: &str) -> WorkerEvent {
@@ -44,9 +52,7 @@ async fn a_subscriber_sees_claims_settlements_lost_leases_give_backs_and_the_sto
         })
         .build()
         .expect("worker");
-    let handle = w.handle();
-    let mut events = handle.events();
-    let run = tokio::spawn(w.run());
+    let (handle, mut events, run) = start(w);
 
     let ok = store.submit(NewTask::new("ok", json!({"n": 1})).queue("ev")).await.expect("submit");
     assert_eq!(
@@ -72,14 +78,7 @@ async fn a_subscriber_sees_claims_settlements_lost_leases_give_backs_and_the_sto
     assert!(
         matches!(next(&mut events, "the claim").await, WorkerEvent::Claimed { ref task_id, .. } if *task_id == held.id)
     );
-    let admin = waymark_tests::db::admin_client(&schema.url).await;
-    admin
-        .execute(
-            &format!("update \"{}\".cairnq_tasks set lease_until_ms = 1 where id = $1", schema.schema),
-            &[&held.id],
-        )
-        .await
-        .expect("expire the lease");
+    schema.expire_lease(&held.id).await;
     let stolen = store.claim(&ClaimRequest::new("thief", ["ev"]).limit(1)).await.expect("claim");
     assert_eq!(stolen.len(), 1);
     assert_eq!(
@@ -118,9 +117,7 @@ async fn complete_in_is_reported_as_a_settlement() {
         })
         .build()
         .expect("worker");
-    let handle = w.handle();
-    let mut events = handle.events();
-    let run = tokio::spawn(w.run());
+    let (handle, mut events, run) = start(w);
     let t = store.submit(NewTask::new("own", json!({})).queue("ev-tx")).await.expect("submit");
     assert!(matches!(next(&mut events, "the claim").await, WorkerEvent::Claimed { .. }));
     assert_eq!(

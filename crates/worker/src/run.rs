@@ -171,7 +171,7 @@ pub(crate) async fn settle<E: PgExecutor + 'static>(
             // function's state, so its size is paid per task.
             Box::pin(settle_again(shared, settler, running, settlement, e)).await;
         }
-        other => settled(shared, &settlement, other),
+        other => settled(shared, running, &settlement, other),
     }
 }
 
@@ -248,14 +248,14 @@ pub(crate) fn settlement_for<E: PgExecutor + 'static>(
 /// Counts or reports a settlement's final answer.
 pub(crate) fn settled<E>(
     shared: &Shared<E>,
+    running: &Running,
     settlement: &Settlement,
     answer: Result<waymark_store::Settled, Error>,
 ) {
     match answer {
         Ok(s) => {
             shared.state.settled.fetch_add(1, Ordering::Relaxed);
-            let attempt = settlement.lease().attempt().unwrap_or(0);
-            shared.state.events.emit(|| WorkerEvent::Settled { task_id: s.id, attempt, status: s.status });
+            running.report_settled(s.status);
         }
         Err(e) if e.is_lost_lease() => {
             tracing::debug!(task = %settlement.task_id(), "lease lost before settlement");
@@ -281,7 +281,7 @@ pub(crate) async fn settle_again<E: PgExecutor + 'static>(
         tracing::debug!(task = %settlement.task_id(), "lease lost while a settlement was retried");
         return;
     }
-    settled(shared, &settlement, out);
+    settled(shared, running, &settlement, out);
 }
 
 /// Tries a write again after a passing failure, waiting 20 ms doubling to
