@@ -597,3 +597,26 @@ async fn a_builder_refuses_settings_it_cannot_run() {
     );
     schema.drop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_store_is_closed_stops_and_reports_it() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let seen = errors.clone();
+    let w = Worker::builder(store.clone())
+        .queues(["closing"])
+        .poll_interval(Duration::from_millis(50))
+        .on_error(move |e| seen.lock().unwrap().push(e.error.is_store_closed()))
+        .task("noop", |_ctx, _p: serde_json::Value| async move { Ok(()) })
+        .build()
+        .expect("worker");
+    let (_handle, run) = spawn(w);
+    let t = store.submit(NewTask::new("noop", json!({})).queue("closing")).await.expect("submit");
+    store.wait(&t.id, Duration::from_secs(20)).await.expect("runs while open");
+    store.close().await;
+    // Its next claim meets the closed store: the worker stops by itself.
+    tokio::time::timeout(Duration::from_secs(10), run).await.expect("the worker stops").expect("join");
+    assert!(errors.lock().unwrap().iter().any(|closed| *closed), "the hook heard StoreClosed");
+    schema.drop().await;
+}

@@ -126,6 +126,21 @@ pub enum Error {
         /// Why serde_json could not hold it.
         reason: String,
     },
+    /// The store was closed ([`Store::close`](crate::Store::close)): it
+    /// runs nothing more. The executor it was handed is not closed.
+    #[error("the store is closed; open a new one over the executor to go on")]
+    StoreClosed,
+    /// A submit waited past the backpressure's maximum wait for room in a
+    /// queue at its depth limit. Nothing was submitted.
+    #[error("queue {queue:?} stayed at its depth limit of {limit} for {waited:?}; nothing was submitted")]
+    QueueFull {
+        /// The queue.
+        queue: String,
+        /// Its depth limit.
+        limit: i64,
+        /// How long the submit waited.
+        waited: std::time::Duration,
+    },
     /// Something failed that never should (a panic in a background task,
     /// say): a bug, in waymark or in the executor it was handed.
     #[error("internal error: {0}")]
@@ -155,6 +170,16 @@ impl Error {
     /// Whether this is [`Error::LockTimeout`].
     pub fn is_lock_timeout(&self) -> bool {
         matches!(self, Error::LockTimeout { .. })
+    }
+
+    /// Whether this is [`Error::StoreClosed`].
+    pub fn is_store_closed(&self) -> bool {
+        matches!(self, Error::StoreClosed)
+    }
+
+    /// Whether this is [`Error::QueueFull`].
+    pub fn is_queue_full(&self) -> bool {
+        matches!(self, Error::QueueFull { .. })
     }
 
     /// The task as a timed-out wait last saw it, for [`Error::TaskTimeout`].
@@ -198,6 +223,8 @@ impl Error {
             Error::Decode(_) => "DecodeError",
             Error::Executor(_) => "ExecutorError",
             Error::UnreadableAnswer { .. } => "UnreadableAnswer",
+            Error::StoreClosed => "StoreClosed",
+            Error::QueueFull { .. } => "QueueFull",
             Error::Internal(_) => "InternalError",
         }
     }

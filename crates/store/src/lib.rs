@@ -25,6 +25,8 @@
 //! same for a task's settlement.
 
 mod backoff;
+mod backpressure;
+mod closing;
 mod error;
 mod executor;
 mod id;
@@ -40,6 +42,7 @@ mod value;
 mod wait;
 
 pub use backoff::RetryBackoff;
+pub use backpressure::{Backpressure, DEFAULT_MAX_QUEUE_WAIT, MAX_GRANT};
 pub use error::{Error, Result};
 pub use executor::{
     ExecError, ExecErrorKind, Lane, ListenEvent, Notification, NotificationStream, PgExecutor, PgSession,

@@ -150,7 +150,8 @@ impl<E: PgExecutor> Store<E> {
     }
 }
 
-/// A background sweep every interval, until [`Sweeper::stop`] or drop.
+/// A background sweep every interval, until [`Sweeper::stop`], drop, or
+/// [`Store::close`] (which waits for a sweep under way).
 #[derive(Debug)]
 pub struct Sweeper {
     task: tokio::task::JoinHandle<()>,
@@ -177,11 +178,22 @@ impl Sweeper {
             );
             // A sweep that outlasts its interval is not followed by a burst.
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut closed = std::pin::pin!(store.life.closed());
             loop {
-                ticks.tick().await;
+                tokio::select! {
+                    _ = ticks.tick() => {}
+                    () = &mut closed => return,
+                }
+                // Held through the sweep, so `Store::close` waits for it.
+                let Some(_sweeping) = store.life.sweeping().await else { return };
                 let out = store.sweep(&retention).await;
-                if let Err(e) = &out {
-                    tracing::warn!(error = %e, "retention sweep failed; the next runs at its interval");
+                match &out {
+                    // Closed mid-sweep: its next purge found the store shut.
+                    Err(e) if e.is_store_closed() => return hook(out),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "retention sweep failed; the next runs at its interval")
+                    }
+                    Ok(_) => {}
                 }
                 hook(out);
             }

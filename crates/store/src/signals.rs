@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use tokio::sync::{broadcast, watch};
 
+use crate::closing::Life;
 use crate::executor::{ListenEvent, NotificationStream, PgExecutor};
 
 /// The protocol's notification channels.
@@ -120,7 +121,16 @@ impl Signals {
     /// Starts consuming the executor's LISTEN stream of `channel` unless one
     /// is being consumed, or was asked for within [`RELISTEN_AFTER`]. Costs
     /// nothing while listening; without a listener the caller simply polls.
-    pub(crate) async fn ensure_listening<E: PgExecutor>(self: &Arc<Self>, exec: &E, channel: Channel) {
+    /// A closed store listens no more.
+    pub(crate) async fn ensure_listening<E: PgExecutor>(
+        self: &Arc<Self>,
+        exec: &E,
+        life: &Life,
+        channel: Channel,
+    ) {
+        if life.check().is_err() {
+            return;
+        }
         {
             let mut st = self.state.lock().expect("signals lock");
             let slot = st.slot(channel);
@@ -137,7 +147,7 @@ impl Signals {
         match exec.listen(&[channel.name()]).await {
             Ok(Some(stream)) => {
                 claim.0 = None; // the consumer owns the flag now
-                tokio::spawn(consume(Arc::downgrade(self), stream, channel));
+                tokio::spawn(consume(Arc::downgrade(self), stream, channel, life.closed()));
             }
             Ok(None) => {}
             Err(e) => tracing::debug!(error = %e, "listen failed; waits poll until it comes back"),
@@ -187,7 +197,7 @@ impl Signals {
         }
     }
 
-    fn wake_everyone(&self) {
+    pub(crate) fn wake_everyone(&self) {
         self.everyone.send_modify(|c| *c += 1);
         let _ = self.events.send(Signal::Poll);
     }
@@ -205,9 +215,28 @@ impl Drop for ListenClaim<'_> {
     }
 }
 
-/// Routes one LISTEN stream until it ends or the store is gone.
-async fn consume(signals: Weak<Signals>, mut stream: NotificationStream, channel: Channel) {
-    while let Some(event) = stream.next().await {
+/// Routes one LISTEN stream until it ends, the store closes (the stream is
+/// dropped then, and with it the executor's listener), or the store is gone.
+async fn consume(
+    signals: Weak<Signals>,
+    mut stream: NotificationStream,
+    channel: Channel,
+    closed: impl std::future::Future<Output = ()>,
+) {
+    let mut closed = std::pin::pin!(closed);
+    loop {
+        let event = tokio::select! {
+            event = stream.next() => event,
+            () = &mut closed => {
+                if let Some(s) = signals.upgrade() {
+                    let mut st = s.state.lock().expect("signals lock");
+                    let slot = st.slot(channel);
+                    (slot.listening, slot.live) = (false, false);
+                }
+                return; // dropping the stream releases the executor's listener
+            }
+        };
+        let Some(event) = event else { break };
         let Some(s) = signals.upgrade() else { return };
         s.dispatch(event, channel);
     }

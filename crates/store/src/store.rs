@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use waymark_protocol::Statement;
 
+use crate::backpressure::Gate;
+use crate::closing::Life;
 use crate::error::{Error, Result};
-use crate::executor::{Lane, PgExecutor, PgSession, PgTransaction};
+use crate::executor::{Autocommit, Lane, PgExecutor, PgSession, PgTransaction};
 use crate::lease::Lease;
 use crate::migrate::{self, MigrationReport, MigrationState, MigrationTimeouts};
 use crate::signals::Signals;
@@ -55,6 +57,8 @@ pub struct Store<E> {
     lock_timeout: String,
     migration_timeouts: MigrationTimeouts,
     pub(crate) signals: Arc<Signals>,
+    pub(crate) life: Arc<Life>,
+    pub(crate) gate: Option<Arc<Gate>>,
 }
 
 /// The default bound on a migration's wait for its locks.
@@ -78,6 +82,8 @@ impl<E: PgExecutor> Store<E> {
                 statement: format_ms(DEFAULT_MIGRATION_STATEMENT_TIMEOUT),
             },
             signals: Arc::default(),
+            life: Arc::default(),
+            gate: None,
         }
     }
 
@@ -104,8 +110,15 @@ impl<E: PgExecutor> Store<E> {
         self
     }
 
+    /// The executor in autocommit, unless the store is closed.
+    fn session(&self) -> Result<Autocommit<'_, E>> {
+        self.life.check()?;
+        Ok(Autocommit(&self.exec))
+    }
+
     /// Opens a transaction in `lane` with the lock timeout set.
     async fn begin(&self, lane: Lane) -> Result<E::Transaction> {
+        self.life.check()?;
         let mut tx = self.exec.begin_in_lane(lane).await?;
         if let Err(e) =
             run(&mut tx, Statement::SetLockTimeout, vec![("lock_timeout", self.lock_timeout.as_str().into())])
@@ -131,6 +144,7 @@ impl<E: PgExecutor> Store<E> {
     /// The connect sequence on an existing store (see [`Store::connect`]),
     /// reporting which migrations it applied.
     pub async fn prepare(&self, options: &ConnectOptions) -> Result<MigrationReport> {
+        self.life.check()?;
         if let Some(schema) = &options.schema {
             migrate::create_schema(&self.exec, schema).await?;
         }
@@ -151,16 +165,19 @@ impl<E: PgExecutor> Store<E> {
 
     /// Applies pending migrations (see the ledger rules in PROTOCOL-V1).
     pub async fn migrate(&self) -> Result<MigrationReport> {
+        self.life.check()?;
         migrate::migrate(&self.exec, &self.migration_timeouts).await
     }
 
     /// Each embedded migration and whether it is applied; changes nothing.
     pub async fn migration_status(&self) -> Result<Vec<MigrationState>> {
+        self.life.check()?;
         migrate::status(&self.exec).await
     }
 
     /// Checks that the installation speaks protocol v1.
     pub async fn check_protocol_version(&self) -> Result<()> {
+        self.life.check()?;
         migrate::check_protocol_version(&self.exec).await
     }
 }

@@ -86,7 +86,7 @@ impl<E: PgExecutor> Store<E> {
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<Task> {
         let started = Instant::now();
         let mut subscription = self.signals.subscribe_done(id);
-        self.signals.ensure_listening(self.executor(), Channel::Done).await;
+        self.signals.ensure_listening(self.executor(), &self.life, Channel::Done).await;
         let mut backstop = FIRST_BACKSTOP;
         let (mut seen, mut last) = (false, None);
         loop {
@@ -106,7 +106,7 @@ impl<E: PgExecutor> Store<E> {
             }
             subscription.wait(backstop.min(left)).await;
             backstop = grow(backstop);
-            self.signals.ensure_listening(self.executor(), Channel::Done).await;
+            self.signals.ensure_listening(self.executor(), &self.life, Channel::Done).await;
         }
     }
 
@@ -131,7 +131,7 @@ impl<E: PgExecutor> Store<E> {
                     // registration must precede.
                     if subscription.as_ref().is_none_or(|(current, _)| *current != id) {
                         subscription = Some((id.clone(), self.signals.subscribe_done(&id)));
-                        self.signals.ensure_listening(self.executor(), Channel::Done).await;
+                        self.signals.ensure_listening(self.executor(), &self.life, Channel::Done).await;
                         continue;
                     }
                 }
@@ -147,7 +147,7 @@ impl<E: PgExecutor> Store<E> {
             match subscription.as_mut() {
                 Some((_, s)) => {
                     s.wait(backstop.min(left)).await;
-                    self.signals.ensure_listening(self.executor(), Channel::Done).await;
+                    self.signals.ensure_listening(self.executor(), &self.life, Channel::Done).await;
                 }
                 // Nothing to be signalled about (a submit sends no done
                 // signal): the backstop finds the task the key comes to name.
@@ -302,10 +302,10 @@ pub struct Watch<'a, E> {
 
 impl<E: PgExecutor> Watch<'_, E> {
     async fn listen(&self) {
-        let (signals, exec) = (&self.store.signals, self.store.executor());
-        signals.ensure_listening(exec, Channel::Queued).await;
+        let (signals, exec, life) = (&self.store.signals, self.store.executor(), &self.store.life);
+        signals.ensure_listening(exec, life, Channel::Queued).await;
         if self.done {
-            signals.ensure_listening(exec, Channel::Done).await;
+            signals.ensure_listening(exec, life, Channel::Done).await;
         }
     }
 

@@ -163,6 +163,12 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         // A failed claim may have been the one that probed: the next one
         // probes (and so recovers leases) instead.
         self.probe_due |= out.is_err();
+        if out.as_ref().is_err_and(Error::is_store_closed) {
+            // Nothing more can be claimed or settled: stop, and report it.
+            // (Close the worker before its store: its runs' tasks now come
+            // back only when their leases run out.)
+            self.shared.state.stop.send_replace(true);
+        }
         if out.is_err() {
             self.retry_at = Some(tokio::time::Instant::now() + self.retry_pause);
             self.retry_pause = (self.retry_pause * 2).min(self.shared.settings.poll_interval);

@@ -8,7 +8,7 @@ use waymark_protocol::Statement;
 use super::settle::fail;
 use super::{finish, owned, tasks, Store};
 use crate::error::{Error, Result};
-use crate::executor::{Autocommit, Lane, PgExecutor, PgSession};
+use crate::executor::{Lane, PgExecutor, PgSession};
 use crate::lease::Lease;
 use crate::options::{lease_millis, non_empty, ClaimRequest, Failure};
 use crate::statements::{run, run_opt, Binds};
@@ -53,7 +53,7 @@ impl<E: PgExecutor> Store<E> {
             }
             refilled += want;
             let refill = ClaimRequest { limit: want, probe: false, ..req.clone() };
-            claimed = match claim_draw(&mut Autocommit(&self.exec), &refill).await {
+            claimed = match claim_draw(&mut self.session()?, &refill).await {
                 Ok(more) => more,
                 // The tasks already claimed are this caller's now: hand them
                 // out rather than strand them until their leases expire.
@@ -73,14 +73,14 @@ impl<E: PgExecutor> Store<E> {
         if req.probe {
             let binds: Binds =
                 vec![("queues", req.queues.clone().into()), ("names", req.names.clone().into())];
-            let (due, expired) =
-                match run_opt(&mut Autocommit(&self.exec), Statement::ClaimableProbe, binds).await? {
-                    Some(mut row) => (
-                        crate::task::opt_bool(&mut row, "due")?.unwrap_or(false),
-                        crate::task::opt_bool(&mut row, "expired")?.unwrap_or(false),
-                    ),
-                    None => (false, false),
-                };
+            let (due, expired) = match run_opt(&mut self.session()?, Statement::ClaimableProbe, binds).await?
+            {
+                Some(mut row) => (
+                    crate::task::opt_bool(&mut row, "due")?.unwrap_or(false),
+                    crate::task::opt_bool(&mut row, "expired")?.unwrap_or(false),
+                ),
+                None => (false, false),
+            };
             if expired {
                 let mut tx = self.begin(Lane::Ordinary).await?;
                 let out = async {
@@ -94,7 +94,7 @@ impl<E: PgExecutor> Store<E> {
                 return Ok(Vec::new());
             }
         }
-        claim_draw(&mut Autocommit(&self.exec), req).await
+        claim_draw(&mut self.session()?, req).await
     }
 
     /// Fails for good each claimed task whose input cannot be read (no
@@ -125,9 +125,9 @@ impl<E: PgExecutor> Store<E> {
             };
             let failure = Failure::new(envelope.to_json()).retryable(false);
             tracing::warn!(task = %task.id, reason = %why, "claimed a task whose input cannot be read; failing it");
-            let out = match task.lease() {
-                Ok(lease) => fail(&mut Autocommit(&self.exec), &lease, &failure).await,
-                Err(e) => Err(e),
+            let out = match (task.lease(), self.session()) {
+                (Ok(lease), Ok(mut session)) => fail(&mut session, &lease, &failure).await,
+                (Err(e), _) | (_, Err(e)) => Err(e),
             };
             match out {
                 Ok(_) => failed += 1,
@@ -142,7 +142,7 @@ impl<E: PgExecutor> Store<E> {
     /// Extends a lease; [`Error::LostLease`] if the worker no longer holds it.
     pub async fn heartbeat(&self, lease: &Lease, length: Duration) -> Result<Task> {
         let binds: Binds = vec![("lease_ms", lease_millis(length)?.into())];
-        owned(&mut Autocommit(&self.exec), Statement::Heartbeat, binds, lease).await
+        owned(&mut self.session()?, Statement::Heartbeat, binds, lease).await
     }
 
     /// Extends every lease in `ids` at once. Returns the tasks still owned,
@@ -163,7 +163,7 @@ impl<E: PgExecutor> Store<E> {
             ("ids", ids.to_vec().into()),
             ("worker_id", worker_id.into()),
         ];
-        let mut beats: Vec<Beat> = run(&mut Autocommit(&self.exec), Statement::HeartbeatBatch, binds)
+        let mut beats: Vec<Beat> = run(&mut self.session()?, Statement::HeartbeatBatch, binds)
             .await?
             .into_iter()
             .map(|mut row| {
@@ -190,7 +190,7 @@ impl<E: PgExecutor> Store<E> {
             return Err(Error::invalid(format!("progress must be within [0, 1], got {p}")));
         }
         let binds: Binds = vec![("progress", progress.into()), ("message", message.into())];
-        owned(&mut Autocommit(&self.exec), Statement::Progress, binds, lease).await
+        owned(&mut self.session()?, Statement::Progress, binds, lease).await
     }
 }
 

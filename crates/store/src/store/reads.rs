@@ -7,7 +7,7 @@ use waymark_protocol::Statement;
 use super::submit::key_target;
 use super::{finish, task_opt, tasks, Store};
 use crate::error::{Error, Result};
-use crate::executor::{Autocommit, Lane, PgExecutor, PgSession};
+use crate::executor::{Lane, PgExecutor, PgSession};
 use crate::options::{millis, non_empty, ListFilter, PurgeFilter};
 use crate::statements::{run, run_opt, Binds};
 use crate::task::{int8, status, text, StatusCounts, Task, TaskState, TaskStatus};
@@ -15,7 +15,7 @@ use crate::task::{int8, status, text, StatusCounts, Task, TaskState, TaskStatus}
 impl<E: PgExecutor> Store<E> {
     /// The task, or `None`.
     pub async fn get(&self, id: &str) -> Result<Option<Task>> {
-        task_opt(&mut Autocommit(&self.exec), Statement::Get, vec![("id", id.into())]).await
+        task_opt(&mut self.session()?, Statement::Get, vec![("id", id.into())]).await
     }
 
     /// The task, or [`Error::NotFound`].
@@ -25,19 +25,18 @@ impl<E: PgExecutor> Store<E> {
 
     /// The task a key names, or `None`.
     pub async fn get_by_key(&self, key: &str) -> Result<Option<Task>> {
-        task_opt(&mut Autocommit(&self.exec), Statement::GetByKey, vec![("key", key.into())]).await
+        task_opt(&mut self.session()?, Statement::GetByKey, vec![("key", key.into())]).await
     }
 
     /// The id and status of a task, or `None`: the cheap probe.
     pub async fn get_status(&self, id: &str) -> Result<Option<TaskState>> {
-        let row = run_opt(&mut Autocommit(&self.exec), Statement::GetStatus, vec![("id", id.into())]).await?;
+        let row = run_opt(&mut self.session()?, Statement::GetStatus, vec![("id", id.into())]).await?;
         row.map(TaskState::from_row).transpose()
     }
 
     /// The id and status of the task a key names, or `None`.
     pub async fn get_status_by_key(&self, key: &str) -> Result<Option<TaskState>> {
-        let row = run_opt(&mut Autocommit(&self.exec), Statement::GetStatusByKey, vec![("key", key.into())])
-            .await?;
+        let row = run_opt(&mut self.session()?, Statement::GetStatusByKey, vec![("key", key.into())]).await?;
         row.map(TaskState::from_row).transpose()
     }
 
@@ -58,13 +57,13 @@ impl<E: PgExecutor> Store<E> {
             ("limit", filter.limit.into()),
             ("offset", filter.offset.into()),
         ];
-        tasks(&mut Autocommit(&self.exec), Statement::List, binds).await
+        tasks(&mut self.session()?, Statement::List, binds).await
     }
 
     /// Counts by queue and status, every status present (zero-filled). With
     /// `queue`, only that queue, and it is present even when empty.
     pub async fn stats(&self, queue: Option<&str>) -> Result<BTreeMap<String, StatusCounts>> {
-        let rows = run(&mut Autocommit(&self.exec), Statement::Stats, vec![("queue", queue.into())]).await?;
+        let rows = run(&mut self.session()?, Statement::Stats, vec![("queue", queue.into())]).await?;
         let mut out: BTreeMap<String, StatusCounts> = BTreeMap::new();
         if let Some(q) = queue {
             out.entry(q.to_owned()).or_default();
@@ -85,7 +84,7 @@ impl<E: PgExecutor> Store<E> {
             return Err(Error::invalid(format!("max_depth must not be negative, got {max_depth}")));
         }
         let row = run_opt(
-            &mut Autocommit(&self.exec),
+            &mut self.session()?,
             Statement::QueueDepth,
             vec![("max_depth", max_depth.into()), ("queue", queue.into())],
         )
@@ -101,7 +100,7 @@ impl<E: PgExecutor> Store<E> {
     /// Cancels a queued task at once, or asks a running one to stop. `None`
     /// when the task is missing or already finished.
     pub async fn cancel(&self, id: &str) -> Result<Option<Task>> {
-        cancel(&mut Autocommit(&self.exec), id).await
+        cancel(&mut self.session()?, id).await
     }
 
     /// Cancels the task a key names (see [`Store::cancel`]).
@@ -121,7 +120,7 @@ impl<E: PgExecutor> Store<E> {
     /// Puts a failed or canceled task back in the queue, due now. `None` when
     /// the task is missing or in another status.
     pub async fn retry(&self, id: &str, reset_attempt: bool) -> Result<Option<Task>> {
-        retry(&mut Autocommit(&self.exec), id, reset_attempt).await
+        retry(&mut self.session()?, id, reset_attempt).await
     }
 
     /// Retries the task a key names (see [`Store::retry`]).
@@ -157,7 +156,7 @@ impl<E: PgExecutor> Store<E> {
             ("older_than_ms", older_than_ms.into()),
             ("limit", filter.limit.into()),
         ];
-        run(&mut Autocommit(&self.exec), Statement::Purge, binds)
+        run(&mut self.session()?, Statement::Purge, binds)
             .await?
             .into_iter()
             .map(|mut row| text(&mut row, "id"))

@@ -7,7 +7,7 @@ use waymark_protocol::Statement;
 
 use super::{finish, owned, Store};
 use crate::error::{Error, Result};
-use crate::executor::{Autocommit, Lane, PgExecutor, PgSession};
+use crate::executor::{Lane, PgExecutor, PgSession};
 use crate::lease::Lease;
 use crate::options::{millis, Failure};
 use crate::statements::{run, Binds};
@@ -19,33 +19,34 @@ impl<E: PgExecutor> Store<E> {
     /// not win here; workers settle with [`Store::complete`]).
     pub async fn succeed(&self, lease: &Lease, result: Json, message: Option<&str>) -> Result<Task> {
         let binds: Binds = vec![("result", result.into()), ("message", message.into())];
-        owned(&mut Autocommit(&self.exec), Statement::Succeed, binds, lease).await
+        owned(&mut self.session()?, Statement::Succeed, binds, lease).await
     }
 
     /// Settles an owned task: canceled if a cancel was requested, else
     /// succeeded with `result`.
     pub async fn complete(&self, lease: &Lease, result: Json) -> Result<Task> {
-        complete(&mut Autocommit(&self.exec), lease, result).await
+        complete(&mut self.session()?, lease, result).await
     }
 
     /// [`Store::complete`] inside the caller's transaction: the settlement
     /// commits with the caller's other writes, or neither does. A lost lease
     /// is reported before the caller commits.
     pub async fn complete_in(&self, tx: &mut E::Transaction, lease: &Lease, result: Json) -> Result<Task> {
+        self.life.check()?;
         complete(tx, lease, result).await
     }
 
     /// Records a failure: canceled if a cancel was requested; queued again
     /// after its delay if retryable with attempts left; else failed.
     pub async fn fail(&self, lease: &Lease, failure: &Failure) -> Result<Task> {
-        fail(&mut Autocommit(&self.exec), lease, failure).await
+        fail(&mut self.session()?, lease, failure).await
     }
 
     /// Gives an owned task back (at shutdown): queued and due now, its
     /// attempt not spent; canceled instead if a cancel was requested.
     /// A waymark addition to the protocol (`release.sql`).
     pub async fn release(&self, lease: &Lease) -> Result<Task> {
-        owned(&mut Autocommit(&self.exec), Statement::Release, Vec::new(), lease).await
+        owned(&mut self.session()?, Statement::Release, Vec::new(), lease).await
     }
 
     /// Settles several owned tasks with one commit for all: each settlement
@@ -60,7 +61,7 @@ impl<E: PgExecutor> Store<E> {
     pub async fn settle_batch(&self, items: &[Settlement]) -> Result<Vec<Result<Settled>>> {
         let plan = SettlePlan::new(items)?;
         if plan.statements() <= 1 {
-            return settle_all(&mut Autocommit(&self.exec), items, &plan).await;
+            return settle_all(&mut self.session()?, items, &plan).await;
         }
         let mut tx = self.begin(Lane::Critical).await?;
         let out = async {

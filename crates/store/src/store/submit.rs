@@ -6,7 +6,7 @@ use waymark_protocol::Statement;
 use super::reads::cancel;
 use super::{finish, task_opt, Store};
 use crate::error::{Error, Result};
-use crate::executor::{Autocommit, Lane, PgExecutor, PgSession};
+use crate::executor::{Lane, PgExecutor, PgSession};
 use crate::id::new_task_id;
 use crate::options::{millis, Conflict, NewTask};
 use crate::statements::{run, run_opt, Binds};
@@ -18,9 +18,11 @@ impl<E: PgExecutor> Store<E> {
     /// happens in one transaction under the key's advisory lock.
     pub async fn submit(&self, task: NewTask) -> Result<Task> {
         task.validate()?;
+        self.life.check()?;
+        self.admit(&task.queue, 1).await?;
         if task.key.is_none() {
             let id = new_task_id();
-            return match insert(&mut Autocommit(&self.exec), &task, &id).await {
+            return match insert(&mut self.session()?, &task, &id).await {
                 // The executor resent an insert whose first run committed
                 // (the connection was lost before the answer): the id is ours,
                 // so the row there is this submit's task, not a second one.
@@ -46,8 +48,9 @@ impl<E: PgExecutor> Store<E> {
         if batch.ids.is_empty() {
             return Ok(Vec::new());
         }
+        self.admit_batch(&batch).await?;
         let ids = batch.ids.clone();
-        match insert_batch(&mut Autocommit(&self.exec), batch).await {
+        match insert_batch(&mut self.session()?, batch).await {
             Ok(()) => Ok(ids),
             // Resent after its commit (see `submit`): the ids are ours and
             // the insert is one statement, so if one row is there, all are.
@@ -69,6 +72,7 @@ impl<E: PgExecutor> Store<E> {
         if batch.ids.is_empty() {
             return Ok(Vec::new());
         }
+        self.admit_batch(&batch).await?;
         let ids = batch.ids.clone();
         insert_batch(tx, batch).await?;
         Ok(ids)
@@ -78,11 +82,31 @@ impl<E: PgExecutor> Store<E> {
     /// caller commits.
     pub async fn submit_in(&self, tx: &mut E::Transaction, task: NewTask) -> Result<Task> {
         task.validate()?;
+        self.life.check()?;
+        self.admit(&task.queue, 1).await?;
         if task.key.is_none() {
             insert(tx, &task, &new_task_id()).await
         } else {
             submit_keyed(tx, &task).await
         }
+    }
+}
+
+impl<E: PgExecutor> Store<E> {
+    /// Waits for room for a batch, queue by queue, when a limit is set.
+    async fn admit_batch(&self, batch: &Batch) -> Result<()> {
+        self.life.check()?;
+        if self.gate.is_none() {
+            return Ok(());
+        }
+        let mut counts = std::collections::BTreeMap::<&str, i64>::new();
+        for queue in &batch.queues {
+            *counts.entry(queue.as_str()).or_default() += 1;
+        }
+        for (queue, n) in counts {
+            self.admit(queue, n).await?;
+        }
+        Ok(())
     }
 }
 
