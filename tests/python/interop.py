@@ -11,6 +11,9 @@ unexpected exits non-zero with the reason on stderr, which fails the test.
                                           print tasks by id and by key, and stats
     interop.py work --until ID... [--timeout-s] [--lease-ms]
                                           run a worker until those tasks finish
+    interop.py sweep --older-than-ms MS --limit N --for-s S
+                                          run cairnq's retention sweeper for S
+                                          seconds, print the errors it reported
 
 The DSN comes from $CAIRNQ_DSN.
 """
@@ -194,6 +197,27 @@ async def cmd_work(args: argparse.Namespace) -> None:
     emit({"worker_id": worker.worker_id, "runs": runs, "observed_cancel": cancels, "errors": errors})
 
 
+# -------------------------------------------------------------- retention side
+
+async def cmd_sweep(args: argparse.Namespace) -> None:
+    errors: list[str] = []
+    retention = cairnq.Retention(
+        older_than_ms=args.older_than_ms,
+        interval_ms=20,
+        limit=args.limit,
+        on_error=lambda exc: errors.append(f"{type(exc).__name__}: {exc}"),
+    )
+    # The SDK's own scheduled sweeper: it starts when the client connects
+    # and stops (waiting out a sweep in flight) when it closes.
+    client = CairnQ.postgres(dsn(), max_size=4, retention=retention)
+    await client.connect()
+    try:
+        await asyncio.sleep(args.for_s)
+    finally:
+        await client.close()
+    emit({"errors": errors})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="interop.py")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -218,6 +242,12 @@ def main() -> None:
     p.add_argument("--timeout-s", type=float, default=60.0)
     p.add_argument("--lease-ms", type=int, default=3_000)
     p.set_defaults(run=cmd_work)
+
+    p = sub.add_parser("sweep")
+    p.add_argument("--older-than-ms", type=int, required=True)
+    p.add_argument("--limit", type=int, default=1_000)
+    p.add_argument("--for-s", type=float, default=3.0)
+    p.set_defaults(run=cmd_sweep)
 
     args = parser.parse_args()
     asyncio.run(args.run(args))

@@ -612,3 +612,215 @@ async fn a_task_waymark_cannot_read_fails_alone_and_the_rest_run() {
     assert!(kept.contains(&huge), "the payload stays as Python wrote it: {kept}");
     db.drop().await;
 }
+
+/// cairnq's Python client submits; a waymark worker runs the tasks with a
+/// batch handler and two handlers sharing a resource of one; Python reads
+/// every answer, and the resource never held two at once (sampled).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_client_submits_to_a_waymark_worker_with_batch_handlers_and_resources() {
+    use std::sync::Arc;
+    use waymark_worker::{BatchItem, HandlerOptions, Worker};
+    ensure_python().await;
+    let db = TestDatabase::new().await;
+    let url = db.url.clone();
+    let store = Arc::new(store_on(&url).await);
+    let mut specs = Vec::new();
+    for n in 0..12 {
+        specs.push(json!({"name": "rs.embed", "payload": {"n": n}, "queue": "mixed"}));
+    }
+    for n in 0..6 {
+        let name = ["rs.gpu.a", "rs.gpu.b"][n % 2];
+        specs.push(json!({"name": name, "payload": {"n": n}, "queue": "mixed"}));
+    }
+    let submitted = py(&url, vec!["submit".into(), Json::from(specs).to_string()]);
+    let ids: Vec<String> = submitted["submitted"]
+        .as_array()
+        .expect("submitted")
+        .iter()
+        .map(|r| str_of(&r["task"]["id"], "id").to_owned())
+        .collect();
+    assert_eq!(ids.len(), 18);
+
+    let batches = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = batches.clone();
+    let gpu = || HandlerOptions::new().resource("gpu");
+    let on_gpu = |_ctx, p: Json| async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Ok(json!({"gpu": p["n"]}))
+    };
+    let w = Worker::builder(store.clone())
+        .queues(["mixed"])
+        .concurrency(8)
+        .resource("gpu", 1)
+        .batch_task("rs.embed", 5, move |items: Vec<BatchItem<PgPool, Json>>| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(items.len());
+                Ok(items
+                    .iter()
+                    .map(|i| (i.ctx.id().to_owned(), json!({"embedded": i.payload["n"]})))
+                    .collect())
+            }
+        })
+        .task_with("rs.gpu.a", gpu(), on_gpu)
+        .task_with("rs.gpu.b", gpu(), on_gpu)
+        .build()
+        .expect("worker");
+    let admin = admin_client(&url).await;
+    let handle = w.handle();
+    let run = tokio::spawn(w.run());
+    let most_on_gpu = std::sync::atomic::AtomicI64::new(0);
+    eventually(Duration::from_secs(60), "every task done", || {
+        let (store, admin, most_on_gpu) = (&store, &admin, &most_on_gpu);
+        async move {
+            let n: i64 = admin
+                .query_one(
+                    "select count(*) from cairnq_tasks where status = 'running' and name like 'rs.gpu.%'",
+                    &[],
+                )
+                .await
+                .expect("sample")
+                .get(0);
+            most_on_gpu.fetch_max(n, std::sync::atomic::Ordering::SeqCst);
+            store.stats(Some("mixed")).await.expect("stats")["mixed"].succeeded == 18
+        }
+    })
+    .await;
+    handle.shutdown();
+    run.await.expect("worker");
+    let most_on_gpu = most_on_gpu.into_inner();
+    assert!(most_on_gpu <= 1, "the resource held one at a time: {most_on_gpu}");
+    let sizes = batches.lock().unwrap().clone();
+    assert_eq!(sizes.iter().sum::<usize>(), 12);
+    assert!(sizes.iter().all(|s| (1..=5).contains(s)), "{sizes:?}");
+
+    // Python reads the answers waymark wrote.
+    let mut args = vec!["wait".to_owned()];
+    args.extend(ids.iter().cloned());
+    let finals = py(&url, args);
+    for (i, id) in ids.iter().enumerate() {
+        let t = &finals["tasks"][id];
+        assert_eq!(t["status"], json!("succeeded"), "{t}");
+        assert!(str_of(&t["worker_id"], "worker_id").starts_with("waymark-"), "{t}");
+        let expected = if i < 12 { json!({"embedded": i}) } else { json!({"gpu": i - 12}) };
+        assert_eq!(t["result"], expected, "{t}");
+    }
+    db.drop().await;
+}
+
+/// A waymark retention sweeper and cairnq's Python one on one database,
+/// while `retry` races them: together they delete every old terminal task,
+/// nothing young or live, and never a task a retry made live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waymark_and_python_sweepers_share_a_database_without_conflict() {
+    use std::sync::Arc;
+    use waymark_store::{Retention, Sweeper};
+    const OLD: i64 = 20_000;
+    ensure_python().await;
+    let db = TestDatabase::new().await;
+    let url = db.url.clone();
+    let store = Arc::new(store_on(&url).await);
+    let admin = admin_client(&url).await;
+    // Old successes and failures (two hours), young successes, live tasks.
+    let backlog = |n: i64, status: &'static str, age_ms: i64, prefix: &'static str| {
+        let admin = &admin;
+        async move {
+            admin
+                .execute(
+                    "insert into cairnq_tasks (id, name, queue, status, payload, attempt, max_attempts, run_at_ms, \
+                     created_at_ms, updated_at_ms, completed_at_ms, error) \
+                     select $3 || g, 'old', 'default', $1, '{}'::jsonb, 1, 3, t, t, t, t, \
+                            case when $1 = 'failed' then '{\"message\": \"x\"}'::jsonb end \
+                       from generate_series(1, $2::bigint) g, \
+                            (select (extract(epoch from now()) * 1000)::bigint - $4::bigint as t) c",
+                    &[&status, &n, &prefix, &age_ms],
+                )
+                .await
+                .expect("backlog");
+        }
+    };
+    backlog(OLD, "succeeded", 7_200_000, "old_ok_").await;
+    backlog(300, "failed", 7_200_000, "old_failed_").await;
+    backlog(200, "succeeded", 0, "young_").await;
+    let live = store
+        .submit_batch((0..50).map(|i| NewTask::new("live", json!({ "i": i }))))
+        .await
+        .expect("live tasks");
+    store.claim(&ClaimRequest::new("w", ["default"]).names(["live"]).limit(10)).await.expect("some running");
+
+    let python = py_in_background(
+        &url,
+        vec![
+            "sweep".into(),
+            "--older-than-ms".into(),
+            "3600000".into(),
+            "--limit".into(),
+            "100".into(),
+            "--for-s".into(),
+            "5".into(),
+        ],
+    );
+    // Python's sweeper is under way (rows are going) before waymark's starts.
+    eventually(Duration::from_secs(60), "Python sweeping", || async {
+        let n: i64 = admin.query_one("select count(*) from cairnq_tasks", &[]).await.expect("count").get(0);
+        n < OLD + 550
+    })
+    .await;
+    let (tx, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    let sweeper = Sweeper::start(
+        store.clone(),
+        Retention::older_than(Duration::from_secs(3600)).interval(Duration::from_millis(20)).batch(100),
+        Arc::new(move |out| drop(tx.send(out.map_err(|e| e.to_string())))),
+    )
+    .expect("sweeper");
+    // Retries race both sweepers over the old failures.
+    let mut made_live = Vec::new();
+    for i in 1..=300 {
+        if let Some(t) = store.retry(&format!("old_failed_{i}"), false).await.expect("retry") {
+            assert_eq!(t.status, TaskStatus::Queued);
+            made_live.push(t.id);
+        }
+    }
+    let python = python.await.expect("python");
+    assert_eq!(python["errors"], json!([]), "cairnq's sweeper reported no error");
+    eventually(Duration::from_secs(30), "the old successes gone", || async {
+        let n: i64 = admin
+            .query_one("select count(*) from cairnq_tasks where id like 'old_ok_%'", &[])
+            .await
+            .expect("count")
+            .get(0);
+        n == 0
+    })
+    .await;
+    sweeper.stop();
+    let mut swept = 0;
+    while let Some(out) = reports.recv().await {
+        swept += out.expect("waymark's sweeps all succeeded");
+    }
+    assert!(swept > 0, "waymark's sweeper deleted some too");
+    let count = |sql: &'static str| {
+        let admin = &admin;
+        async move { admin.query_one(sql, &[]).await.expect("count").get::<_, i64>(0) }
+    };
+    assert_eq!(count("select count(*) from cairnq_tasks where id like 'young_%'").await, 200, "young kept");
+    assert_eq!(
+        count("select count(*) from cairnq_tasks where name = 'live'").await,
+        live.len() as i64,
+        "live kept"
+    );
+    for id in &made_live {
+        let t = store.fetch(id).await.expect("a task made live is never deleted");
+        assert_eq!(t.status, TaskStatus::Queued);
+    }
+    assert_eq!(
+        count("select count(*) from cairnq_tasks where id like 'old_failed_%' and status = 'failed'").await,
+        0,
+        "the old failures not retried are gone"
+    );
+    eprintln!(
+        "sweepers: waymark deleted {swept} of {} old rows; {} retried tasks kept",
+        OLD + 300,
+        made_live.len()
+    );
+    db.drop().await;
+}

@@ -27,6 +27,7 @@
 mod backoff;
 mod backpressure;
 mod closing;
+mod definition;
 mod error;
 mod executor;
 mod id;
@@ -43,6 +44,7 @@ mod wait;
 
 pub use backoff::RetryBackoff;
 pub use backpressure::{Backpressure, DEFAULT_MAX_QUEUE_WAIT, MAX_GRANT};
+pub use definition::TaskDef;
 pub use error::{Error, Result};
 pub use executor::{
     ExecError, ExecErrorKind, Lane, ListenEvent, Notification, NotificationStream, PgExecutor, PgSession,

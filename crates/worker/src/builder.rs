@@ -2,16 +2,19 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use waymark_store::{Error, PgExecutor, RetryBackoff, Store};
+use waymark_store::{ClaimRequest, Error, PgExecutor, RetryBackoff, Store, TaskDef};
 
 use crate::context::TaskContext;
 use crate::error::TaskError;
-use crate::handler::{Handler, Typed};
+use crate::handler::{BatchItem, Blocking, Kind, Registration, Typed, TypedBatch};
+use crate::limits::{Capacities, HandlerOptions};
+use crate::plan::{Planner, Source};
 use crate::worker::{ErrorHook, Settings, Shared, State, Worker, WorkerError};
 
 /// The longest lease or retry backoff a worker takes: far past any real
@@ -32,7 +35,8 @@ pub struct WorkerBuilder<E> {
     settle_window: Duration,
     worker_id: Option<String>,
     on_error: ErrorHook,
-    handlers: HashMap<String, Arc<dyn Handler<E>>>,
+    resources: HashMap<String, usize>,
+    handlers: HashMap<String, Registration<E>>,
 }
 
 impl<E> std::fmt::Debug for WorkerBuilder<E> {
@@ -63,6 +67,7 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
             on_error: Arc::new(
                 |e: &WorkerError| tracing::warn!(during = %e.during, error = %e.error, "waymark worker"),
             ),
+            resources: HashMap::new(),
             handlers: HashMap::new(),
         }
     }
@@ -141,17 +146,113 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
         self
     }
 
-    /// Registers the handler for tasks named `name`. The payload is
-    /// deserialised into `P` (a mismatch fails the task for good); the
-    /// result `R` is serialised as the task's result.
-    pub fn task<F, P, R, Fut>(mut self, name: impl Into<String>, handler: F) -> Self
+    /// Declares a resource: `capacity` calls may hold it at once on this
+    /// worker, across every handler that names it with
+    /// [`HandlerOptions::resource`]. The claim never takes a task whose call
+    /// could not get a unit.
+    pub fn resource(mut self, name: impl Into<String>, capacity: usize) -> Self {
+        self.resources.insert(name.into(), capacity);
+        self
+    }
+
+    /// Registers the handler for tasks named `name` (a string, or a
+    /// [`TaskDef`], whose payload and result types the handler must then
+    /// have). The payload is deserialised into `P` (a mismatch fails the
+    /// task for good); the result `R` is serialised as the task's result.
+    pub fn task<N, F, P, R, Fut>(self, name: N, handler: F) -> Self
     where
+        N: TaskName<P, R>,
         F: Fn(TaskContext<E>, P) -> Fut + Send + Sync + 'static,
         P: DeserializeOwned + Send + 'static,
         R: Serialize + Send + 'static,
         Fut: Future<Output = Result<R, TaskError>> + Send + 'static,
     {
-        self.handlers.insert(name.into(), Arc::new(Typed(handler, std::marker::PhantomData)));
+        self.task_with(name, HandlerOptions::new(), handler)
+    }
+
+    /// [`WorkerBuilder::task`] with limits: a resource, a `max_running`.
+    pub fn task_with<N, F, P, R, Fut>(self, name: N, options: HandlerOptions, handler: F) -> Self
+    where
+        N: TaskName<P, R>,
+        F: Fn(TaskContext<E>, P) -> Fut + Send + Sync + 'static,
+        P: DeserializeOwned + Send + 'static,
+        R: Serialize + Send + 'static,
+        Fut: Future<Output = Result<R, TaskError>> + Send + 'static,
+    {
+        self.register(name.into_name(), Kind::One(Arc::new(Typed(handler, PhantomData))), options)
+    }
+
+    /// Registers a synchronous handler: each call runs on tokio's blocking
+    /// threads (never an async one), with the same lease renewal,
+    /// cancellation (poll [`TaskContext::is_cancelled`]) and settlement.
+    /// Past `max_run_time` or the shutdown grace its task is settled or
+    /// handled as for any handler, but the closure cannot be stopped: it
+    /// runs on, its writes refused; at shutdown its task is left to its
+    /// lease rather than given back while it still runs.
+    pub fn blocking_task<N, F, P, R>(self, name: N, handler: F) -> Self
+    where
+        N: TaskName<P, R>,
+        F: Fn(TaskContext<E>, P) -> Result<R, TaskError> + Send + Sync + 'static,
+        P: DeserializeOwned + Send + 'static,
+        R: Serialize + Send + 'static,
+    {
+        self.blocking_task_with(name, HandlerOptions::new(), handler)
+    }
+
+    /// [`WorkerBuilder::blocking_task`] with limits.
+    pub fn blocking_task_with<N, F, P, R>(self, name: N, options: HandlerOptions, handler: F) -> Self
+    where
+        N: TaskName<P, R>,
+        F: Fn(TaskContext<E>, P) -> Result<R, TaskError> + Send + Sync + 'static,
+        P: DeserializeOwned + Send + 'static,
+        R: Serialize + Send + 'static,
+    {
+        self.register(
+            name.into_name(),
+            Kind::One(Arc::new(Blocking(Arc::new(handler), PhantomData))),
+            options,
+        )
+    }
+
+    /// Registers a batch handler: each call takes up to `max` claimed tasks
+    /// of `name` at once (as many as are due, never waiting to fill), and
+    /// counts as one call against the concurrency and the limits. It may
+    /// settle tasks itself ([`TaskContext::complete`], [`TaskContext::fail`]);
+    /// the rest settle by how it returned: `Ok(results)` completes each with
+    /// its entry by task id (null if it has none), `Err` fails each with
+    /// that error. A task whose payload does not fit `P` fails alone and is
+    /// not passed on. A lost lease drops that task's settlement only.
+    pub fn batch_task<N, F, P, R, Fut>(self, name: N, max: usize, handler: F) -> Self
+    where
+        N: TaskName<P, R>,
+        F: Fn(Vec<BatchItem<E, P>>) -> Fut + Send + Sync + 'static,
+        P: DeserializeOwned + Send + 'static,
+        R: Serialize + Send + 'static,
+        Fut: Future<Output = Result<HashMap<String, R>, TaskError>> + Send + 'static,
+    {
+        self.batch_task_with(name, max, HandlerOptions::new(), handler)
+    }
+
+    /// [`WorkerBuilder::batch_task`] with limits (each counts calls).
+    pub fn batch_task_with<N, F, P, R, Fut>(
+        self,
+        name: N,
+        max: usize,
+        options: HandlerOptions,
+        handler: F,
+    ) -> Self
+    where
+        N: TaskName<P, R>,
+        F: Fn(Vec<BatchItem<E, P>>) -> Fut + Send + Sync + 'static,
+        P: DeserializeOwned + Send + 'static,
+        R: Serialize + Send + 'static,
+        Fut: Future<Output = Result<HashMap<String, R>, TaskError>> + Send + 'static,
+    {
+        self.register(name.into_name(), Kind::Batch(Arc::new(TypedBatch(handler, PhantomData)), max), options)
+    }
+
+    fn register(mut self, name: String, kind: Kind<E>, options: HandlerOptions) -> Self {
+        self.handlers.insert(name, Registration { kind, options });
         self
     }
 
@@ -186,6 +287,15 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
         if self.poll_interval.is_zero() {
             return bad("poll_interval must be positive".to_owned());
         }
+        if let Some((r, _)) = self.resources.iter().find(|(r, n)| r.is_empty() || **n == 0) {
+            return bad(format!("resource {r:?} needs a non-empty name and a capacity of at least 1"));
+        }
+        for (name, reg) in &self.handlers {
+            crate::limits::check(name, &reg.options, &self.resources)?;
+            if matches!(reg.kind, Kind::Batch(_, 0)) {
+                return bad(format!("the batch size of handler {name:?} must be at least 1"));
+            }
+        }
         let worker_id = self
             .worker_id
             .unwrap_or_else(|| format!("waymark-{}-{:08x}", std::process::id(), rand::random::<u32>()));
@@ -202,14 +312,115 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
             settle_window: self.settle_window,
             worker_id: worker_id.into(),
         };
+        let request = ClaimRequest::new(settings.worker_id.to_string(), settings.queues.iter().cloned())
+            .lease(settings.lease);
+        let planner = plan(&self.handlers, &self.resources, request);
         Ok(Worker {
             shared: Arc::new(Shared {
                 store: self.store,
                 handlers: self.handlers,
+                planner,
                 on_error: self.on_error,
                 settings,
                 state: State::default(),
             }),
         })
     }
+}
+
+/// What a handler can be registered under: a name (any payload and result
+/// types), or a [`TaskDef`] (exactly its types, so a handler of other types
+/// does not compile).
+///
+/// ```
+/// # fn demo(store: waymark_store::Store<waymark_pool::PgPool>) {
+/// use waymark_store::TaskDef;
+/// use waymark_worker::Worker;
+///
+/// const DOUBLE: TaskDef<i64, i64> = TaskDef::new("double");
+/// let _ = Worker::builder(store).task(DOUBLE, |_ctx, n: i64| async move { Ok(n * 2) });
+/// # }
+/// ```
+///
+/// A handler whose payload is not the definition's is refused by the compiler:
+///
+/// ```compile_fail
+/// # fn demo(store: waymark_store::Store<waymark_pool::PgPool>) {
+/// use waymark_store::TaskDef;
+/// use waymark_worker::Worker;
+///
+/// const DOUBLE: TaskDef<i64, i64> = TaskDef::new("double");
+/// let _ = Worker::builder(store).task(DOUBLE, |_ctx, n: String| async move { Ok(n.len() as i64) });
+/// # }
+/// ```
+pub trait TaskName<P, R> {
+    /// The task name.
+    fn into_name(self) -> String;
+}
+
+impl<P, R> TaskName<P, R> for &str {
+    fn into_name(self) -> String {
+        self.to_owned()
+    }
+}
+
+impl<P, R> TaskName<P, R> for String {
+    fn into_name(self) -> String {
+        self
+    }
+}
+
+impl<P, R> TaskName<P, R> for &String {
+    fn into_name(self) -> String {
+        self.clone()
+    }
+}
+
+impl<P, R> TaskName<P, R> for TaskDef<P, R> {
+    fn into_name(self) -> String {
+        self.name().to_owned()
+    }
+}
+
+impl<P, R> TaskName<P, R> for &TaskDef<P, R> {
+    fn into_name(self) -> String {
+        self.name().to_owned()
+    }
+}
+
+/// The claim plan of these registrations: one shared draw for the names
+/// without limits or batches, one draw for each of the others, each with
+/// the capacities it spends.
+fn plan<E>(
+    handlers: &HashMap<String, Registration<E>>,
+    resources: &HashMap<String, usize>,
+    base: ClaimRequest,
+) -> Planner {
+    let (caps, index) = Capacities::new(resources);
+    let mut names: Vec<&String> = handlers.keys().collect();
+    names.sort();
+    let (mut shared, mut sources) = (Vec::new(), Vec::new());
+    for name in names {
+        let reg = &handlers[name];
+        let batch = match reg.kind {
+            Kind::Batch(_, max) => max,
+            Kind::One(_) => 1,
+        };
+        let mut limits = Vec::new();
+        if let Some(r) = &reg.options.resource {
+            limits.push(index[r]);
+        }
+        if let Some(n) = reg.options.max_running {
+            limits.push(caps.add(format!("handler {name:?}"), n));
+        }
+        if limits.is_empty() && batch == 1 {
+            shared.push(name.clone());
+        } else {
+            sources.push(Source { names: vec![name.clone()], batch, limits: limits.into() });
+        }
+    }
+    if !shared.is_empty() {
+        sources.insert(0, Source { names: shared, batch: 1, limits: Arc::from(Vec::new()) });
+    }
+    Planner::new(sources, Arc::new(caps), base)
 }

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
-use waymark_store::{ClaimRequest, Error, PgExecutor, Signal, Task};
+use waymark_store::{Error, PgExecutor, Signal};
 
-use crate::run::start_run;
+use crate::plan::Drawn;
+use crate::run::start_call;
 use crate::settle::Settler;
 use crate::worker::Shared;
 
@@ -36,15 +37,19 @@ pub(crate) async fn claim_loop<E: PgExecutor + 'static>(
 struct ClaimLoop<'a, E> {
     shared: &'a Arc<Shared<E>>,
     settler: &'a Settler,
-    request: ClaimRequest,
     /// Claims under way, and the slots each asked for (by task id, so that
     /// a claim task that panicked still gives its slots back).
-    claims: JoinSet<Result<Vec<Task>, Error>>,
-    asked: HashMap<tokio::task::Id, usize>,
+    claims: JoinSet<Drawn>,
+    /// Per claim under way: the slots it asked for, and whether it was to
+    /// probe.
+    asked: HashMap<tokio::task::Id, (usize, bool)>,
     /// Slots asked for by the claims under way.
     reserved: usize,
     /// Set when a claim came back short: wait for a wakeup before the next.
     dry: bool,
+    /// Whether draws are bounded by resources or handler limits: then a
+    /// call that ends is a reason to claim again.
+    limited: bool,
     /// The probe (and the lease recovery it starts) runs on a poll, and at
     /// least once per poll interval; a claim after a full claim or a queued
     /// signal knows work is due and goes straight to the claim statement.
@@ -58,18 +63,14 @@ struct ClaimLoop<'a, E> {
 
 impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
     fn new(shared: &'a Arc<Shared<E>>, settler: &'a Settler) -> Self {
-        let settings = &shared.settings;
-        let request = ClaimRequest::new(settings.worker_id.to_string(), settings.queues.iter().cloned())
-            .names(shared.task_names())
-            .lease(settings.lease);
         ClaimLoop {
             shared,
             settler,
-            request,
             claims: JoinSet::new(),
             asked: HashMap::new(),
             reserved: 0,
             dry: false,
+            limited: shared.planner.limited(),
             probe_due: true,
             last_probe: Instant::now(),
             retry_at: None,
@@ -101,11 +102,14 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                 Some(done) = self.claims.join_next_with_id(), if !self.claims.is_empty() => {
                     let (id, out) = match done {
                         Ok((id, out)) => (id, out),
-                        Err(e) => (e.id(), Err(claim_panicked(e))),
+                        Err(e) => (e.id(), Drawn { error: Some(claim_panicked(e)), ..Drawn::default() }),
                     };
                     self.claimed(id, out, runs);
                 }
-                _ = shared.state.slot_freed.notified(), if slots_full => {}
+                // With limits, a call that ends may free what a draw lacked.
+                _ = shared.state.slot_freed.notified(), if slots_full || (self.limited && self.dry) => {
+                    self.dry = false;
+                }
                 _ = sleep_until_some(self.retry_at), if self.retry_at.is_some() => {
                     (self.dry, self.retry_at) = (false, None);
                 }
@@ -147,29 +151,29 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         if probe {
             (self.probe_due, self.last_probe) = (false, Instant::now());
         }
-        let limit = i64::try_from(free).unwrap_or(i64::MAX);
-        let (store, req) = (self.shared.store.clone(), self.request.clone().limit(limit).probe(probe));
+        let shared = self.shared.clone();
         self.reserved += free;
-        let handle = self.claims.spawn(async move { store.claim(&req).await });
-        self.asked.insert(handle.id(), free);
+        let handle = self.claims.spawn(async move { shared.planner.draw(&shared.store, free, probe).await });
+        self.asked.insert(handle.id(), (free, probe));
     }
 
     /// A claim came back: its slots are no longer reserved, a short answer
     /// means dry, a failure schedules a retry; what it claimed starts.
-    fn claimed(&mut self, id: tokio::task::Id, out: Result<Vec<Task>, Error>, runs: &mut JoinSet<()>) {
-        let slots = self.asked.remove(&id).unwrap_or(0);
+    fn claimed(&mut self, id: tokio::task::Id, out: Drawn, runs: &mut JoinSet<()>) {
+        let (slots, asked_probe) = self.asked.remove(&id).unwrap_or((0, false));
         self.reserved -= slots;
-        self.dry = !matches!(&out, Ok(tasks) if tasks.len() == slots);
-        // A failed claim may have been the one that probed: the next one
+        self.dry = out.error.is_some() || out.calls.len() < slots;
+        // A failed claim may have been the one that probed, and a turn
+        // whose draws were all at capacity probed nothing: the next one
         // probes (and so recovers leases) instead.
-        self.probe_due |= out.is_err();
-        if out.as_ref().is_err_and(Error::is_store_closed) {
+        self.probe_due |= out.error.is_some() || (asked_probe && !out.probed);
+        if out.error.as_ref().is_some_and(Error::is_store_closed) {
             // Nothing more can be claimed or settled: stop, and report it.
             // (Close the worker before its store: its runs' tasks now come
             // back only when their leases run out.)
             self.shared.state.stop.send_replace(true);
         }
-        if out.is_err() {
+        if out.error.is_some() {
             self.retry_at = Some(tokio::time::Instant::now() + self.retry_pause);
             self.retry_pause = (self.retry_pause * 2).min(self.shared.settings.poll_interval);
         } else {
@@ -209,14 +213,12 @@ fn start_all<E: PgExecutor + 'static>(
     shared: &Arc<Shared<E>>,
     settler: &Settler,
     runs: &mut JoinSet<()>,
-    claimed: Result<Vec<Task>, Error>,
+    drawn: Drawn,
 ) {
-    match claimed {
-        Ok(tasks) => {
-            for task in tasks {
-                start_run(shared, settler, runs, task);
-            }
-        }
-        Err(e) => shared.report("claim", e),
+    for call in drawn.calls {
+        start_call(shared, settler, runs, call);
+    }
+    if let Some(e) = drawn.error {
+        shared.report("claim", e);
     }
 }

@@ -12,7 +12,9 @@ use std::time::Duration;
 use crate::events::{Events, WorkerEvent};
 use tokio::sync::watch;
 
-use waymark_store::{Error, Lease, NewTask, PgExecutor, PgTransaction, Result, RetryBackoff, Store, Task};
+use waymark_store::{
+    Error, Lease, NewTask, PgExecutor, PgTransaction, Result, RetryBackoff, Store, Task, TaskStatus,
+};
 
 /// Why a task's token fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +44,9 @@ pub(crate) struct Running {
     /// The run's future is being polled right now; true for long only
     /// when it is stuck in blocking code.
     in_poll: AtomicBool,
+    /// A blocking handler's closure is running on a blocking thread (it
+    /// may outlive the run's future).
+    blocking: AtomicBool,
     events: Events,
 }
 
@@ -55,6 +60,7 @@ impl Running {
             settled: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             in_poll: AtomicBool::new(false),
+            blocking: AtomicBool::new(false),
         })
     }
 
@@ -120,6 +126,12 @@ impl Running {
         !self.settled.swap(true, Ordering::SeqCst)
     }
 
+    /// Undoes [`Running::take_settlement`] for a handler's own settlement
+    /// whose write failed without an answer.
+    pub(crate) fn give_back_settlement(&self) {
+        self.settled.store(false, Ordering::SeqCst);
+    }
+
     pub(crate) fn is_settled(&self) -> bool {
         self.settled.load(Ordering::SeqCst)
     }
@@ -136,7 +148,18 @@ impl Running {
     /// shutdown's bound, it is stuck in blocking code. (A run merely
     /// starved of a thread is not: it is parked, waiting to be polled.)
     pub(crate) fn is_stuck(&self) -> bool {
-        !self.ended.load(Ordering::SeqCst) && self.in_poll.load(Ordering::SeqCst)
+        (!self.ended.load(Ordering::SeqCst) && self.in_poll.load(Ordering::SeqCst))
+            || self.blocking.load(Ordering::SeqCst)
+    }
+}
+
+/// Marks a blocking handler's closure running, until dropped with it.
+#[derive(Debug)]
+pub(crate) struct BlockingGuard(Arc<Running>);
+
+impl Drop for BlockingGuard {
+    fn drop(&mut self) {
+        self.0.blocking.store(false, Ordering::SeqCst);
     }
 }
 
@@ -164,7 +187,7 @@ impl<E> Clone for TaskContext<E> {
     }
 }
 
-impl<E: PgExecutor> TaskContext<E> {
+impl<E> TaskContext<E> {
     pub(crate) fn new(
         store: Arc<Store<E>>,
         task: Arc<Task>,
@@ -225,6 +248,11 @@ impl<E: PgExecutor> TaskContext<E> {
         &self.store
     }
 
+    pub(crate) fn blocking_guard(&self) -> BlockingGuard {
+        self.running.blocking.store(true, Ordering::SeqCst);
+        BlockingGuard(self.running.clone())
+    }
+
     /// Whether the token fired, and why.
     pub fn cancel_reason(&self) -> Option<CancelReason> {
         *self.token.borrow()
@@ -249,7 +277,9 @@ impl<E: PgExecutor> TaskContext<E> {
             }
         }
     }
+}
 
+impl<E: PgExecutor> TaskContext<E> {
     fn lost(&self) -> Error {
         Error::LostLease { task_id: self.task.id.clone(), worker_id: self.worker_id().to_owned() }
     }
@@ -261,6 +291,83 @@ impl<E: PgExecutor> TaskContext<E> {
             Err(self.lost())
         } else {
             Ok(())
+        }
+    }
+
+    /// Whether a cancel of this task was requested, reading the row now
+    /// rather than waiting for the next heartbeat (free once the token
+    /// fired for a request). A request found this way fires the token with
+    /// [`CancelReason::Requested`]. A task gone from the table, or already
+    /// canceled, counts as canceled. A row that shows the task no longer
+    /// held by this run (the lease ran out, another worker took it) marks
+    /// the run lost: the token fires with [`CancelReason::LeaseLost`].
+    pub async fn canceled(&self) -> Result<bool> {
+        if self.cancel_reason() == Some(CancelReason::Requested) {
+            return Ok(true);
+        }
+        let Some(row) = self.store.get(self.id()).await? else {
+            self.running.mark_lost();
+            return Ok(true);
+        };
+        let owned = row.status == TaskStatus::Running
+            && row.worker_id.as_deref() == Some(self.worker_id())
+            && row.attempt == self.attempt();
+        if !owned && !self.running.is_settled() {
+            self.running.mark_lost();
+        }
+        let requested = row.cancel_requested_at_ms.is_some() || row.status == TaskStatus::Canceled;
+        if requested && owned {
+            self.running.cancel(CancelReason::Requested);
+        }
+        Ok(requested)
+    }
+
+    /// Settles the task now, as the worker would on `Ok(result)`: succeeded
+    /// (canceled if a cancel was requested). For a batch handler that
+    /// settles some tasks itself; after it the worker does not settle the
+    /// task again. A failed write that may pass (a saturated pool, a lost
+    /// connection) hands the settlement back to the worker, which settles
+    /// by the handler's return.
+    pub async fn complete(&self, result: impl Serialize) -> Result<Task> {
+        let result = serde_json::to_value(result)
+            .map_err(|e| Error::InvalidArgument(format!("result does not serialise to JSON: {e}")))?;
+        self.settle_now(|lease| async move { self.store.complete(&lease, result).await }).await
+    }
+
+    /// Fails the task now, as the worker would on `Err(error)`: retried
+    /// after the backoff if retryable with attempts left, else failed
+    /// (canceled if a cancel was requested). See [`TaskContext::complete`].
+    pub async fn fail(&self, error: crate::TaskError) -> Result<Task> {
+        let delay = if error.is_retryable() { self.backoff.delay(self.task.attempt) } else { Duration::ZERO };
+        let failure =
+            waymark_store::Failure::new(error.envelope()).retryable(error.is_retryable()).delay(delay);
+        self.settle_now(|lease| async move { self.store.fail(&lease, &failure).await }).await
+    }
+
+    async fn settle_now<'a, F, Fut>(&'a self, write: F) -> Result<Task>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: std::future::Future<Output = Result<Task>> + 'a,
+    {
+        self.check_owned()?;
+        if !self.running.take_settlement() {
+            return Err(self.lost());
+        }
+        match write(self.lease().clone()).await {
+            Ok(task) => {
+                self.running.report_settled(task.status);
+                Ok(task)
+            }
+            Err(e) => {
+                if e.is_lost_lease() {
+                    self.running.mark_lost();
+                } else {
+                    // Not known to have landed: the worker settles it (a
+                    // resend of one that did land finds no lease).
+                    self.running.give_back_settlement();
+                }
+                Err(e)
+            }
         }
     }
 

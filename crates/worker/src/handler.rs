@@ -2,9 +2,11 @@
 //! deserialised into the handler's type and its result serialised, so the
 //! worker deals only in JSON.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -13,8 +15,20 @@ use serde_json::Value as Json;
 use crate::context::TaskContext;
 use crate::error::TaskError;
 
+/// A registered handler: one task per call, or batches of up to `.1`.
+pub(crate) enum Kind<E> {
+    One(Arc<dyn Handler<E>>),
+    Batch(Arc<dyn BatchHandler<E>>, usize),
+}
+
+/// What the builder recorded for one task name.
+pub(crate) struct Registration<E> {
+    pub(crate) kind: Kind<E>,
+    pub(crate) options: crate::limits::HandlerOptions,
+}
+
 /// How one run of a handler ended, before settlement.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Outcome {
     /// The result, serialised.
     Done(Json),
@@ -60,5 +74,116 @@ where
                 Err(e) => Outcome::Failed(e),
             }
         })
+    }
+}
+
+/// A synchronous handler, run on tokio's blocking threads so it never
+/// holds an async one. Its future ends when the closure returns; if it is
+/// dropped first (a time limit, shutdown), the closure runs on and the
+/// run's [`Running`](crate::context::Running) says so until it returns.
+pub(crate) struct Blocking<F, P, R>(pub(crate) Arc<F>, pub(crate) PhantomData<fn(P) -> R>);
+
+impl<E, F, P, R> Handler<E> for Blocking<F, P, R>
+where
+    E: Send + Sync + 'static,
+    F: Fn(TaskContext<E>, P) -> Result<R, TaskError> + Send + Sync + 'static,
+    P: DeserializeOwned + Send + 'static,
+    R: Serialize + Send + 'static,
+{
+    fn call(&self, ctx: TaskContext<E>, payload: Json) -> BoxOutcome {
+        let payload = match serde_json::from_value::<P>(payload) {
+            Ok(p) => p,
+            Err(e) => return Box::pin(std::future::ready(Outcome::BadPayload(e.to_string()))),
+        };
+        let f = self.0.clone();
+        let blocking = ctx.blocking_guard();
+        let join = tokio::task::spawn_blocking(move || {
+            let _blocking = blocking;
+            f(ctx, payload)
+        });
+        Box::pin(async move {
+            match join.await {
+                Ok(Ok(result)) => match serde_json::to_value(result) {
+                    Ok(v) => Outcome::Done(v),
+                    Err(e) => Outcome::Unserializable(e.to_string()),
+                },
+                Ok(Err(e)) => Outcome::Failed(e),
+                // The run's catch_unwind turns it into a handler_error.
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => {
+                    Outcome::Failed(TaskError::new(format!("the blocking handler did not finish: {e}")))
+                }
+            }
+        })
+    }
+}
+
+/// One task of a batch: its context and its payload.
+#[derive(Debug)]
+pub struct BatchItem<E, P> {
+    /// The task's context: settle it alone with
+    /// [`TaskContext::complete`] or [`TaskContext::fail`].
+    pub ctx: TaskContext<E>,
+    /// Its payload.
+    pub payload: P,
+}
+
+/// How a batch handler's call ended: an outcome per task id it named (a
+/// result, or one that does not serialise; tasks not named succeed with a
+/// null result), or one error for every task it did not settle itself.
+pub(crate) enum BatchOutcome {
+    Done(HashMap<String, Outcome>),
+    Failed(TaskError),
+}
+
+pub(crate) type BoxBatchOutcome = Pin<Box<dyn Future<Output = BatchOutcome> + Send>>;
+
+/// A batch handler with its types erased. Items whose payload does not
+/// fit come back in the second list, with why, and are not passed on.
+pub(crate) trait BatchHandler<E>: Send + Sync {
+    fn call(&self, items: Vec<(TaskContext<E>, Json)>) -> (BoxBatchOutcome, Vec<(String, String)>);
+}
+
+pub(crate) struct TypedBatch<F, P, R, Fut>(pub(crate) F, pub(crate) PhantomData<fn(P) -> (R, Fut)>);
+
+impl<E, F, P, R, Fut> BatchHandler<E> for TypedBatch<F, P, R, Fut>
+where
+    E: Send + Sync + 'static,
+    F: Fn(Vec<BatchItem<E, P>>) -> Fut + Send + Sync + 'static,
+    P: DeserializeOwned + Send + 'static,
+    R: Serialize + Send + 'static,
+    Fut: Future<Output = Result<HashMap<String, R>, TaskError>> + Send + 'static,
+{
+    fn call(&self, items: Vec<(TaskContext<E>, Json)>) -> (BoxBatchOutcome, Vec<(String, String)>) {
+        let mut good = Vec::with_capacity(items.len());
+        let mut bad = Vec::new();
+        for (ctx, payload) in items {
+            match serde_json::from_value::<P>(payload) {
+                Ok(payload) => good.push(BatchItem { ctx, payload }),
+                Err(e) => bad.push((ctx.id().to_owned(), e.to_string())),
+            }
+        }
+        if good.is_empty() {
+            return (Box::pin(std::future::ready(BatchOutcome::Done(HashMap::new()))), bad);
+        }
+        let fut = (self.0)(good);
+        let outcome = Box::pin(async move {
+            match fut.await {
+                Ok(results) => BatchOutcome::Done(
+                    results
+                        .into_iter()
+                        .map(|(id, r)| {
+                            let outcome = match serde_json::to_value(r) {
+                                Ok(v) => Outcome::Done(v),
+                                Err(e) => Outcome::Unserializable(e.to_string()),
+                            };
+                            (id, outcome)
+                        })
+                        .collect(),
+                ),
+                Err(e) => BatchOutcome::Failed(e),
+            }
+        });
+        (outcome, bad)
     }
 }

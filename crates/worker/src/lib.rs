@@ -77,15 +77,19 @@ mod error;
 mod events;
 mod handler;
 mod heartbeat;
+mod limits;
+mod plan;
 mod run;
 mod settle;
 mod shutdown;
 mod worker;
 
-pub use builder::WorkerBuilder;
+pub use builder::{TaskName, WorkerBuilder};
 pub use context::{CancelReason, TaskContext};
 pub use error::TaskError;
 pub use events::WorkerEvent;
+pub use handler::BatchItem;
+pub use limits::HandlerOptions;
 pub use worker::{Worker, WorkerError, WorkerHandle};
 
 #[doc(no_inline)]

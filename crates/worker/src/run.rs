@@ -1,6 +1,7 @@
 //! One task's run: its handler, bounded in time and stopped at shutdown,
 //! and the one settlement its end maps to.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
@@ -14,7 +15,9 @@ use waymark_store::{codes, Error, Failure, Lease, PgExecutor, Settlement, Task};
 use crate::context::{CancelReason, Running, TaskContext};
 use crate::error::envelope;
 use crate::events::WorkerEvent;
-use crate::handler::Outcome;
+use crate::handler::{BatchHandler, BatchOutcome, Kind, Outcome};
+use crate::limits::Units;
+use crate::plan::Call;
 use crate::settle::Settler;
 use crate::worker::Shared;
 
@@ -22,68 +25,90 @@ use crate::worker::Shared;
 /// token, before its future is dropped.
 pub(crate) const STOP_GRACE: Duration = Duration::from_millis(500);
 
-pub(crate) fn start_run<E: PgExecutor + 'static>(
+/// Starts one handler call: a task, or a batch of one name's tasks.
+pub(crate) fn start_call<E: PgExecutor + 'static>(
     shared: &Arc<Shared<E>>,
     settler: &Settler,
     runs: &mut JoinSet<()>,
-    task: Task,
+    call: Call,
 ) {
-    let lease = Lease::new(task.id.clone(), &*shared.settings.worker_id).on_attempt(task.attempt);
-    let running = Running::new(lease, shared.state.events.clone());
+    let Call { tasks, units } = call;
+    let Some(first) = tasks.first() else { return };
+    let batch = match shared.handlers.get(&first.name).map(|r| &r.kind) {
+        Some(Kind::Batch(handler, _)) => Some(handler.clone()),
+        _ => None,
+    };
     shared.state.busy.fetch_add(1, Ordering::SeqCst);
-    let previous =
-        shared.state.running.lock().expect("running lock").insert(task.id.clone(), running.clone());
+    let running: Vec<Arc<Running>> =
+        tasks.iter().map(|task| Running::new(lease_of(shared, task), shared.state.events.clone())).collect();
     // From here, whatever happens (a panic, a spawn refused while the
     // runtime shuts down, which drops the future), the slot comes free.
-    let slot = Slot { shared: shared.clone(), running: running.clone() };
-    if let Some(old) = previous {
-        // Our own earlier run of this task lost its lease (the claim just
-        // recovered and re-took it): that run must write nothing more.
-        old.mark_lost();
+    let slot = Slot { shared: shared.clone(), running: running.clone(), _units: units };
+    for (task, run) in tasks.iter().zip(&running) {
+        let previous =
+            shared.state.running.lock().expect("running lock").insert(task.id.clone(), run.clone());
+        if let Some(old) = previous {
+            // Our own earlier run of this task lost its lease (the claim just
+            // recovered and re-took it): that run must write nothing more.
+            old.mark_lost();
+        }
+        shared.state.events.emit(|| WorkerEvent::Claimed {
+            task_id: task.id.clone(),
+            name: task.name.clone(),
+            attempt: task.attempt,
+        });
     }
-    shared.state.events.emit(|| WorkerEvent::Claimed {
-        task_id: task.id.clone(),
-        name: task.name.clone(),
-        attempt: task.attempt,
-    });
     let shared = shared.clone();
     let settler = settler.clone();
-    let task = Arc::new(task);
+    let tasks: Vec<Arc<Task>> = tasks.into_iter().map(Arc::new).collect();
     runs.spawn(async move {
         let _slot = slot;
         let body = async {
-            let outcome = run_handler(&shared, &task, &running).await;
-            settle(&shared, &settler, &task, &running, outcome).await;
+            match batch {
+                Some(handler) => run_batch(&shared, &settler, handler, &tasks, &running).await,
+                None => {
+                    let (task, run) = (&tasks[0], &running[0]);
+                    let outcome = run_handler(&shared, task, run).await;
+                    settle(&shared, &settler, task, run, outcome).await;
+                }
+            }
         };
         let mut body = std::pin::pin!(body);
         // Marks each poll, so shutdown can tell a run stuck in blocking code.
         std::future::poll_fn(|cx| {
-            running.set_in_poll(true);
+            running.iter().for_each(|r| r.set_in_poll(true));
             let polled = body.as_mut().poll(cx);
-            running.set_in_poll(false);
+            running.iter().for_each(|r| r.set_in_poll(false));
             polled
         })
         .await;
     });
 }
 
-/// Frees a run's slot when the run ends, however it ends, and wakes the
-/// claim loop. Its entry leaves the running map (if it is still this
-/// run's), except past the shutdown grace: shutdown owns the map then, and
-/// a run it stopped ends unsettled, its lease renewed until shutdown gives
-/// the task back.
+fn lease_of<E>(shared: &Shared<E>, task: &Task) -> Lease {
+    Lease::new(task.id.clone(), &*shared.settings.worker_id).on_attempt(task.attempt)
+}
+
+/// Frees a call's slot when the call ends, however it ends, gives back its
+/// units and wakes the claim loop. Its tasks' entries leave the running
+/// map (those that are still this call's), except past the shutdown
+/// grace: shutdown owns the map then, and a run it stopped ends unsettled,
+/// its lease renewed until shutdown gives the task back.
 pub(crate) struct Slot<E> {
     shared: Arc<Shared<E>>,
-    running: Arc<Running>,
+    running: Vec<Arc<Running>>,
+    _units: Units,
 }
 
 impl<E> Drop for Slot<E> {
     fn drop(&mut self) {
-        self.running.mark_ended();
-        let mut map = self.shared.state.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let past_grace = *self.shared.state.past_grace.borrow();
-        if !past_grace && map.get(self.running.id()).is_some_and(|r| Arc::ptr_eq(r, &self.running)) {
-            map.remove(self.running.id());
+        let mut map = self.shared.state.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for run in &self.running {
+            run.mark_ended();
+            if !past_grace && map.get(run.id()).is_some_and(|r| Arc::ptr_eq(r, run)) {
+                map.remove(run.id());
+            }
         }
         drop(map);
         self.shared.state.busy.fetch_sub(1, Ordering::SeqCst);
@@ -91,9 +116,67 @@ impl<E> Drop for Slot<E> {
     }
 }
 
+/// One batch call: payloads that do not fit fail alone; the handler gets
+/// the rest; each task it did not settle itself settles by how the call
+/// ended (its result from the map, null if not named, or the one error).
+async fn run_batch<E: PgExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    settler: &Settler,
+    handler: Arc<dyn BatchHandler<E>>,
+    tasks: &[Arc<Task>],
+    running: &[Arc<Running>],
+) {
+    let items: Vec<_> =
+        tasks.iter().zip(running).map(|(t, r)| (context(shared, t, r), t.payload.clone())).collect();
+    let mut ends: HashMap<String, RunEnd> = HashMap::new();
+    // The call's synchronous part (the payloads' Deserialize, the
+    // handler's own) may panic too.
+    let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(items))) {
+        Ok((outcome, bad)) => {
+            for (id, why) in bad {
+                ends.insert(id, RunEnd::Handler(Outcome::BadPayload(why)));
+            }
+            supervise(shared, outcome).await
+        }
+        Err(panic) => Some(Err(RunEnd::Panicked(panic_message(&panic)))),
+    };
+    let end_of = |task: &Task| -> Option<RunEnd> {
+        if let Some(end) = ends.get(&task.id) {
+            return Some(end.clone());
+        }
+        match &outcome {
+            None => None, // stopped at shutdown: given back
+            Some(Err(end)) => Some(end.clone()),
+            Some(Ok(BatchOutcome::Failed(e))) => Some(RunEnd::Handler(Outcome::Failed(e.clone()))),
+            Some(Ok(BatchOutcome::Done(results))) => Some(RunEnd::Handler(
+                results.get(&task.id).cloned().unwrap_or(Outcome::Done(serde_json::Value::Null)),
+            )),
+        }
+    };
+    futures::future::join_all(
+        tasks.iter().zip(running).map(|(task, run)| settle(shared, settler, task, run, end_of(task))),
+    )
+    .await;
+}
+
+fn context<E: PgExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    task: &Arc<Task>,
+    running: &Arc<Running>,
+) -> TaskContext<E> {
+    TaskContext::new(
+        shared.store.clone(),
+        task.clone(),
+        shared.settings.lease,
+        shared.settings.backoff,
+        running.clone(),
+    )
+}
+
 /// How a run ended, including the ends the worker decides itself. A run
 /// stopped at shutdown has no end of its own (`None` where one is
 /// expected): shutdown gives its task back.
+#[derive(Clone)]
 pub(crate) enum RunEnd {
     Handler(Outcome),
     Panicked(String),
@@ -106,18 +189,26 @@ pub(crate) async fn run_handler<E: PgExecutor + 'static>(
     task: &Arc<Task>,
     running: &Arc<Running>,
 ) -> Option<RunEnd> {
-    let Some(handler) = shared.handlers.get(&task.name) else { return Some(RunEnd::NoHandler) };
-    let ctx = TaskContext::new(
-        shared.store.clone(),
-        task.clone(),
-        shared.settings.lease,
-        shared.settings.backoff,
-        running.clone(),
-    );
+    let handler = match shared.handlers.get(&task.name).map(|r| &r.kind) {
+        Some(Kind::One(handler)) => handler.clone(),
+        _ => return Some(RunEnd::NoHandler),
+    };
+    let ctx = context(shared, task, running);
     // The call itself may panic too (its synchronous part, a payload's
     // Deserialize), not only the future it returns.
     let payload = task.payload.clone();
-    let run = AssertUnwindSafe(async move { handler.call(ctx, payload).await }).catch_unwind();
+    match supervise(shared, async move { handler.call(ctx, payload).await }).await? {
+        Ok(outcome) => Some(RunEnd::Handler(outcome)),
+        Err(end) => Some(end),
+    }
+}
+
+/// Runs a call's future with its panics caught, bounded by the worker's
+/// `max_run_time`, and stopped past the shutdown grace: `None` when it was
+/// stopped (shutdown gives its tasks back), a panic or the time limit as
+/// their [`RunEnd`].
+async fn supervise<E, T>(shared: &Shared<E>, fut: impl Future<Output = T>) -> Option<Result<T, RunEnd>> {
+    let run = AssertUnwindSafe(fut).catch_unwind();
     let bounded = async {
         match shared.settings.max_run_time {
             Some(limit) => tokio::time::timeout(limit, run).await.map_err(|_| limit),
@@ -125,25 +216,26 @@ pub(crate) async fn run_handler<E: PgExecutor + 'static>(
         }
     };
     // Past the shutdown grace the token fires; the handler gets a moment to
-    // stop by itself, then its future is dropped and the task given back.
-    let mut past_grace = shared.state.past_grace.subscribe();
+    // stop by itself (none when told to stop now), then its future is
+    // dropped and the task given back.
+    let (mut past_grace, mut now) = (shared.state.past_grace.subscribe(), shared.state.stop_now.subscribe());
     let stopped = async move {
         if past_grace.wait_for(|past| *past).await.is_err() {
             std::future::pending::<()>().await;
         }
-        tokio::time::sleep(STOP_GRACE).await;
+        tokio::select! {
+            () = tokio::time::sleep(STOP_GRACE) => {}
+            Ok(_) = now.wait_for(|now| *now) => {}
+        }
     };
     let result = tokio::select! {
         r = bounded => match r {
             Ok(r) => r,
-            Err(limit) => return Some(RunEnd::TimedOut(limit)),
+            Err(limit) => return Some(Err(RunEnd::TimedOut(limit))),
         },
         _ = stopped => return None,
     };
-    match result {
-        Ok(outcome) => Some(RunEnd::Handler(outcome)),
-        Err(panic) => Some(RunEnd::Panicked(panic_message(&panic))),
-    }
+    Some(result.map_err(|panic| RunEnd::Panicked(panic_message(&panic))))
 }
 
 pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

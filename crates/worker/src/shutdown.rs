@@ -23,10 +23,13 @@ pub(crate) const SETTLE_BOUND: Duration = Duration::from_secs(2);
 /// task is not given back (another worker would start it while this one
 /// still runs it): it is left to its lease, which is no longer renewed.
 pub(crate) async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &mut JoinSet<()>) {
-    let grace = tokio::time::timeout(shared.settings.shutdown_grace, async {
-        while runs.join_next().await.is_some() {}
-    });
-    if grace.await.is_ok() {
+    let mut now = shared.state.stop_now.subscribe();
+    let all_ended = async { while runs.join_next().await.is_some() {} };
+    let ended = tokio::select! {
+        out = tokio::time::timeout(shared.settings.shutdown_grace, all_ended) => out.is_ok(),
+        Ok(_) = now.wait_for(|now| *now) => false,
+    };
+    if ended {
         return;
     }
     // Past the grace first, so that a run answering its token keeps its

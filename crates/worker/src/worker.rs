@@ -14,8 +14,9 @@ use crate::builder::WorkerBuilder;
 use crate::claim_loop::claim_loop;
 use crate::context::Running;
 use crate::events::{Events, WorkerEvent};
-use crate::handler::Handler;
+use crate::handler::Registration;
 use crate::heartbeat::heartbeat_loop;
+use crate::plan::Planner;
 use crate::settle::Settler;
 use crate::shutdown::shutdown;
 
@@ -59,6 +60,8 @@ pub(crate) struct State {
     pub(crate) stop: watch::Sender<bool>,
     /// Set when shutdown's grace period has passed: runs still going stop.
     pub(crate) past_grace: watch::Sender<bool>,
+    /// Set by [`WorkerHandle::stop_now`]: no grace, no moment to stop.
+    pub(crate) stop_now: watch::Sender<bool>,
     #[cfg(feature = "test-hooks")]
     pub(crate) heartbeats_paused: std::sync::atomic::AtomicBool,
     pub(crate) settled: AtomicU64,
@@ -69,7 +72,8 @@ pub(crate) struct State {
 /// settings, and its state.
 pub(crate) struct Shared<E> {
     pub(crate) store: Arc<Store<E>>,
-    pub(crate) handlers: HashMap<String, Arc<dyn Handler<E>>>,
+    pub(crate) handlers: HashMap<String, Registration<E>>,
+    pub(crate) planner: Planner,
     pub(crate) on_error: ErrorHook,
     pub(crate) settings: Settings,
     pub(crate) state: State,
@@ -108,6 +112,7 @@ impl<E> std::fmt::Debug for Worker<E> {
 #[derive(Clone)]
 pub struct WorkerHandle {
     stop: watch::Sender<bool>,
+    stop_now: watch::Sender<bool>,
     #[cfg(feature = "test-hooks")]
     paused: Arc<dyn Fn(bool) + Send + Sync>,
     running: Arc<dyn Fn() -> usize + Send + Sync>,
@@ -126,6 +131,16 @@ impl WorkerHandle {
     /// grace period, then are cancelled and their tasks given back.
     pub fn shutdown(&self) {
         self.stop.send_replace(true);
+    }
+
+    /// Shutdown without the grace: stops claiming, fires every running
+    /// handler's token and stops it at once, and gives its task back (the
+    /// attempt not spent). A shutdown under way ends its grace now. A
+    /// handler stuck in blocking code is left to its lease, as at the end
+    /// of a grace.
+    pub fn stop_now(&self) {
+        self.stop.send_replace(true);
+        self.stop_now.send_replace(true);
     }
 
     /// Test hook (feature `test-hooks`): pauses (or resumes) lease
@@ -190,11 +205,43 @@ impl<E: PgExecutor + 'static> Worker<E> {
         let s1 = self.shared.clone();
         WorkerHandle {
             stop: self.shared.state.stop.clone(),
+            stop_now: self.shared.state.stop_now.clone(),
             #[cfg(feature = "test-hooks")]
             paused: Arc::new(move |p| s1.state.heartbeats_paused.store(p, Ordering::SeqCst)),
             running: Arc::new(move || s2.running_count()),
             settled: Arc::new(move || s3.state.settled.load(Ordering::Relaxed)),
             events: self.shared.state.events.clone(),
+        }
+    }
+
+    /// Runs until SIGINT or SIGTERM, then shuts down gracefully, as
+    /// [`WorkerHandle::shutdown`] does; a second signal stops at once, as
+    /// [`WorkerHandle::stop_now`] does. Made for a worker process's `main`
+    /// (it takes those signals for as long as it runs). Fails only when the
+    /// signal handlers cannot be installed.
+    #[cfg(unix)]
+    pub async fn serve(self) -> std::io::Result<()> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
+        let handle = self.handle();
+        let mut run = std::pin::pin!(self.run());
+        let mut heard = 0;
+        loop {
+            tokio::select! {
+                () = &mut run => return Ok(()),
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            heard += 1;
+            if heard == 1 {
+                tracing::info!(
+                    "waymark worker: signal received, shutting down gracefully (a second one stops at once)"
+                );
+                handle.shutdown();
+            } else {
+                tracing::warn!("waymark worker: second signal, stopping now");
+                handle.stop_now();
+            }
         }
     }
 

@@ -171,3 +171,37 @@ pub async fn woken_drain(
         tokio::spawn(async move { drain(&url, "raw", total, loops, 500, on_start, Some(wake)).await });
     Ok((listener, consumer))
 }
+
+/// Turns every task into one that succeeded `age_ms` ago: the backlog a
+/// retention sweep finds.
+pub async fn age_all(client: &Client, age_ms: i64) -> Result<u64, String> {
+    let sql = format!(
+        "update cairnq_tasks set status = 'succeeded', result = 'null'::jsonb, \
+         completed_at_ms = {NOW_MS} - $1, updated_at_ms = {NOW_MS} - $1"
+    );
+    client.execute(&sql, &[&age_ms]).await.map_err(|e| format!("baseline age: {e}"))
+}
+
+/// Deletes terminal tasks older than `older_than_ms`, `limit` per statement
+/// (oldest first, skipping locked rows), until a statement comes back
+/// short; returns how many went.
+pub async fn purge_all(client: &Client, older_than_ms: i64, limit: i64) -> Result<u64, String> {
+    let sql = format!(
+        "delete from cairnq_tasks where id in ( \
+           select id from cairnq_tasks \
+            where status in ('succeeded', 'failed', 'canceled') and completed_at_ms < {NOW_MS} - $1 \
+            order by completed_at_ms limit $2 for update skip locked) \
+         returning id"
+    );
+    let mut deleted = 0;
+    loop {
+        let rows = client
+            .query(&sql, &[&older_than_ms, &limit])
+            .await
+            .map_err(|e| format!("baseline purge: {e}"))?;
+        deleted += rows.len() as u64;
+        if (rows.len() as i64) < limit {
+            return Ok(deleted);
+        }
+    }
+}

@@ -18,7 +18,7 @@ mod measure;
 mod python;
 mod scenarios;
 
-use scenarios::{drain, enqueue_batch, enqueue_single, latency, mixed};
+use scenarios::{drain, enqueue_batch, enqueue_single, latency, mixed, sweep};
 
 use std::time::Duration;
 
@@ -39,7 +39,8 @@ const ROUNDS_ENQUEUE_BATCH: usize = 8;
 const ROUNDS_DRAIN: usize = 6;
 const ROUNDS_LATENCY: usize = 2;
 const ROUNDS_MIXED: usize = 2;
-const SCENARIOS: [&str; 4] = ["enqueue", "drain", "latency", "mixed"];
+const ROUNDS_SWEEP: usize = 4;
+const SCENARIOS: [&str; 5] = ["enqueue", "drain", "latency", "mixed", "sweep"];
 
 /// Worker settings the drain tries: (concurrency, settle batch).
 const DRAIN_SETTINGS: [(usize, usize); 5] = [(128, 64), (512, 256), (1024, 512), (2048, 1024), (4096, 1024)];
@@ -151,6 +152,9 @@ async fn all(which: &[&str], rounds: Option<usize>) -> Result<(), String> {
     }
     if which.contains(&"mixed") {
         rows.extend(mixed(&server, n(ROUNDS_MIXED)).await?);
+    }
+    if which.contains(&"sweep") {
+        rows.extend(sweep(&server, n(ROUNDS_SWEEP)).await?);
     }
     report(&rows);
     Ok(())

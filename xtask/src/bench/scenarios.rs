@@ -338,3 +338,52 @@ pub(super) async fn mixed(server: &str, n: usize) -> Result<Vec<Row>, String> {
     rounds(n, &mut rows, &[waymark, raw]).await?;
     Ok(rows)
 }
+
+/// Retention: a sweep of TASKS terminal tasks, 1000 per purge, through
+/// `Store::sweep` beside the same deletes written by hand.
+pub(super) async fn sweep(server: &str, n: usize) -> Result<Vec<Row>, String> {
+    const HOUR_MS: i64 = 3_600_000;
+    const PER_PURGE: i64 = 1000;
+    let detail = format!("{TASKS} terminal tasks, {PER_PURGE} per purge");
+    let mut rows = vec![Row::new("waymark", "sweep", &detail), Row::new(baseline::SYSTEM, "sweep", &detail)];
+    // The same backlog for both: TASKS tasks that succeeded two hours ago.
+    async fn aged(server: &str) -> Result<(Arc<Store<PgPool>>, tokio_postgres::Client), String> {
+        let (url, store) = fresh(server, "waymark_bench_sweep").await?;
+        backlog(&store, "bench", TASKS).await?;
+        let client = baseline::connect(&url).await?;
+        baseline::age_all(&client, 2 * HOUR_MS).await?;
+        Ok((store, client))
+    }
+    let waymark: RoundFn<'_> = Box::new(|| {
+        Box::pin(async move {
+            let (store, _client) = aged(server).await?;
+            let retention =
+                waymark_store::Retention::older_than(Duration::from_millis(HOUR_MS as u64)).batch(PER_PURGE);
+            let clock = CpuClock::start();
+            let deleted = store.sweep(&retention).await.map_err(|e| e.to_string())?;
+            let round = clock.round(TASKS);
+            check_swept(deleted)?;
+            Ok(round)
+        })
+    });
+    let raw: RoundFn<'_> = Box::new(|| {
+        Box::pin(async move {
+            let (_store, client) = aged(server).await?;
+            let clock = CpuClock::start();
+            let deleted = baseline::purge_all(&client, HOUR_MS, PER_PURGE).await?;
+            let round = clock.round(TASKS);
+            check_swept(deleted)?;
+            Ok(round)
+        })
+    });
+    rounds(n, &mut rows, &[waymark, raw]).await?;
+    Ok(rows)
+}
+
+fn check_swept(deleted: u64) -> Result<(), String> {
+    if deleted as usize == TASKS {
+        Ok(())
+    } else {
+        Err(format!("bench sweep: deleted {deleted} of {TASKS} terminal tasks"))
+    }
+}

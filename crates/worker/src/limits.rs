@@ -1,0 +1,146 @@
+//! Named resources and per-handler limits: how many calls may hold each at
+//! once on this worker. A claim reserves its units before it draws, so the
+//! worker never claims a task it could not start, and a call gives its unit
+//! back when it ends (settled or given back), however it ends.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use waymark_store::Error;
+
+/// Options of one handler registration; see [`WorkerBuilder::task_with`].
+///
+/// [`WorkerBuilder::task_with`]: crate::WorkerBuilder::task_with
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HandlerOptions {
+    pub(crate) resource: Option<String>,
+    pub(crate) max_running: Option<usize>,
+}
+
+impl HandlerOptions {
+    /// No limits beyond the worker's concurrency.
+    pub fn new() -> Self {
+        HandlerOptions::default()
+    }
+
+    /// Each call of this handler holds one unit of the worker's resource
+    /// `name` (declared with [`WorkerBuilder::resource`]) while it runs,
+    /// shared with every handler that names it: at capacity 1, the
+    /// handlers naming it never run at once. Defaults to none.
+    ///
+    /// [`WorkerBuilder::resource`]: crate::WorkerBuilder::resource
+    pub fn resource(mut self, name: impl Into<String>) -> Self {
+        self.resource = Some(name.into());
+        self
+    }
+
+    /// At most `n` calls of this handler at once on this worker. Defaults
+    /// to the worker's concurrency.
+    pub fn max_running(mut self, n: usize) -> Self {
+        self.max_running = Some(n);
+        self
+    }
+}
+
+/// The worker's capacities: each declared resource, and each handler's
+/// own `max_running`, by index.
+#[derive(Debug, Default)]
+pub(crate) struct Capacities {
+    /// (what it is, its capacity, units held), by index.
+    slots: Mutex<Vec<(String, usize, usize)>>,
+}
+
+impl Capacities {
+    /// The capacities and, for each resource name, its index.
+    pub(crate) fn new(resources: &HashMap<String, usize>) -> (Capacities, HashMap<String, usize>) {
+        let mut names: Vec<&String> = resources.keys().collect();
+        names.sort();
+        let index = names.iter().enumerate().map(|(i, n)| ((*n).clone(), i)).collect();
+        let slots = names.iter().map(|n| (format!("resource {n:?}"), resources[*n], 0)).collect();
+        (Capacities { slots: Mutex::new(slots) }, index)
+    }
+
+    /// Adds a capacity (a handler's own limit) and returns its index.
+    pub(crate) fn add(&self, what: String, capacity: usize) -> usize {
+        let mut slots = self.slots.lock().expect("capacities lock");
+        slots.push((what, capacity, 0));
+        slots.len() - 1
+    }
+
+    /// Reserves up to `want` units of every capacity in `of` (as many as
+    /// the fullest of them has left).
+    pub(crate) fn reserve(self: &Arc<Self>, of: &Arc<[usize]>, want: usize) -> Units {
+        let n = if of.is_empty() {
+            want
+        } else {
+            let mut slots = self.slots.lock().expect("capacities lock");
+            let n = of.iter().map(|&i| slots[i].1.saturating_sub(slots[i].2)).min().unwrap_or(0).min(want);
+            for &i in of.iter() {
+                slots[i].2 += n;
+            }
+            n
+        };
+        Units { caps: self.clone(), of: of.clone(), n }
+    }
+
+    fn release(&self, of: &[usize], n: usize) {
+        if n == 0 || of.is_empty() {
+            return;
+        }
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        for &i in of {
+            slots[i].2 = slots[i].2.saturating_sub(n);
+        }
+    }
+}
+
+/// Reserved units; given back on drop.
+#[derive(Debug)]
+pub(crate) struct Units {
+    caps: Arc<Capacities>,
+    of: Arc<[usize]>,
+    n: usize,
+}
+
+impl Units {
+    pub(crate) fn count(&self) -> usize {
+        self.n
+    }
+
+    /// Moves one unit out, for one call.
+    pub(crate) fn take_one(&mut self) -> Units {
+        debug_assert!(self.n > 0);
+        self.n -= 1;
+        Units { caps: self.caps.clone(), of: self.of.clone(), n: 1 }
+    }
+}
+
+impl Drop for Units {
+    fn drop(&mut self) {
+        self.caps.release(&self.of, self.n);
+    }
+}
+
+/// Checks one registration's options against the declared resources.
+pub(crate) fn check(
+    name: &str,
+    options: &HandlerOptions,
+    resources: &HashMap<String, usize>,
+) -> Result<(), Error> {
+    let bad = |m: String| Err(Error::InvalidArgument(m));
+    if let Some(r) = &options.resource {
+        if !resources.contains_key(r) {
+            // Loudly: a typo would otherwise read as no limit at all.
+            let mut known: Vec<&str> = resources.keys().map(String::as_str).collect();
+            known.sort();
+            let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+            return bad(format!(
+                "handler {name:?} names resource {r:?}, which WorkerBuilder::resource did not declare (declared: {known})"
+            ));
+        }
+    }
+    if options.max_running == Some(0) {
+        return bad(format!("max_running of handler {name:?} must be at least 1"));
+    }
+    Ok(())
+}

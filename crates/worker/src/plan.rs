@@ -1,0 +1,105 @@
+//! The claim plan: which handler names draw together, how many tasks each
+//! call takes, and what each draw may take of the worker's capacities.
+//!
+//! Handlers without limits or batches share one draw, where a task is a
+//! call (the usual case: one claim statement per turn, as before). A
+//! handler that limits itself (a resource, `max_running`) or takes batches
+//! counts differently, so it draws alone. Draws are served in a rotating
+//! order, so that the first cannot take every free slot turn after turn,
+//! and each sizes itself by what the earlier ones took.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use waymark_store::{ClaimRequest, Error, PgExecutor, Store, Task};
+
+use crate::limits::{Capacities, Units};
+
+/// One draw's names, its tasks per call, and the capacities it spends.
+#[derive(Debug)]
+pub(crate) struct Source {
+    pub(crate) names: Vec<String>,
+    pub(crate) batch: usize,
+    pub(crate) limits: Arc<[usize]>,
+}
+
+/// A handler call the plan drew: its tasks (one, or a batch of one name)
+/// and the units it holds until it ends.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub(crate) tasks: Vec<Task>,
+    pub(crate) units: Units,
+}
+
+/// What one turn drew, and the failure that cut it short, if one did (what
+/// was drawn before it is ours and runs).
+#[derive(Debug, Default)]
+pub(crate) struct Drawn {
+    pub(crate) calls: Vec<Call>,
+    pub(crate) error: Option<Error>,
+    /// Whether a claim statement probed (none may have run: every draw's
+    /// capacity taken).
+    pub(crate) probed: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Planner {
+    sources: Vec<Source>,
+    caps: Arc<Capacities>,
+    base: ClaimRequest,
+    cursor: AtomicUsize,
+}
+
+impl Planner {
+    pub(crate) fn new(sources: Vec<Source>, caps: Arc<Capacities>, base: ClaimRequest) -> Self {
+        Planner { sources, caps, base, cursor: AtomicUsize::new(0) }
+    }
+
+    /// Whether any draw is bounded by a capacity (a freed unit is then a
+    /// reason to claim again).
+    pub(crate) fn limited(&self) -> bool {
+        self.sources.iter().any(|s| !s.limits.is_empty())
+    }
+
+    /// Draws up to `free` calls. Only the first draw probes (and so
+    /// recovers expired leases) when `probe` is set.
+    pub(crate) async fn draw<E: PgExecutor>(&self, store: &Store<E>, free: usize, probe: bool) -> Drawn {
+        let mut drawn = Drawn::default();
+        let n = self.sources.len();
+        let start = self.cursor.fetch_add(1, Ordering::Relaxed) % n.max(1);
+        let mut left = free;
+        let mut probe = probe;
+        for k in 0..n {
+            if left == 0 {
+                break;
+            }
+            let src = &self.sources[(start + k) % n];
+            // Reserved before the claim, so two claims in flight cannot
+            // both count the same free unit.
+            let mut units = self.caps.reserve(&src.limits, left);
+            if units.count() == 0 {
+                continue;
+            }
+            let limit = i64::try_from(units.count() * src.batch).unwrap_or(i64::MAX);
+            let req = self.base.clone().names(src.names.iter().cloned()).limit(limit).probe(probe);
+            drawn.probed |= probe;
+            probe = false;
+            match store.claim(&req).await {
+                Ok(tasks) => {
+                    let mut tasks = tasks.into_iter().peekable();
+                    while tasks.peek().is_some() {
+                        let call: Vec<Task> = tasks.by_ref().take(src.batch).collect();
+                        drawn.calls.push(Call { tasks: call, units: units.take_one() });
+                        left -= 1;
+                    }
+                    // Units not drawn go back as `units` drops.
+                }
+                Err(e) => {
+                    drawn.error = Some(e);
+                    break;
+                }
+            }
+        }
+        drawn
+    }
+}

@@ -1,0 +1,509 @@
+//! The worker's handler kinds and limits on a real PostgreSQL: a resource
+//! shared by two handlers, a handler's own `max_running`, batch handlers
+//! (their results, their own settlements, one lease lost), blocking
+//! handlers, `ctx.canceled()` reading the row, and typed definitions.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use waymark_pool::PgPool;
+use waymark_store::{ClaimRequest, NewTask, Store, TaskDef, TaskStatus};
+use waymark_tests::{eventually, pool_store, TestSchema};
+use waymark_worker::{CancelReason, HandlerOptions, TaskError, Worker, WorkerHandle};
+
+type S = Arc<Store<PgPool>>;
+
+fn spawn(worker: Worker<PgPool>) -> (WorkerHandle, tokio::task::JoinHandle<()>) {
+    let handle = worker.handle();
+    (handle, tokio::spawn(worker.run()))
+}
+
+/// Calls in flight of one kind, and the most seen at once.
+#[derive(Default)]
+struct InFlight {
+    now: AtomicUsize,
+    most: AtomicUsize,
+}
+
+impl InFlight {
+    fn enter(&self) -> impl Drop + '_ {
+        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(n, Ordering::SeqCst);
+        struct Leave<'a>(&'a AtomicUsize);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        Leave(&self.now)
+    }
+
+    fn most(&self) -> usize {
+        self.most.load(Ordering::SeqCst)
+    }
+}
+
+/// Samples the table every 10 ms until stopped: the most rows of `names`
+/// seen running at once.
+fn sample_running(
+    schema: &TestSchema,
+    names: &[&str],
+) -> (Arc<std::sync::atomic::AtomicBool>, tokio::task::JoinHandle<i64>) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (url, sql) = (
+        schema.url.clone(),
+        format!(
+            "select count(*) from \"{}\".cairnq_tasks where status = 'running' and name = any($1)",
+            schema.schema
+        ),
+    );
+    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    let flag = stop.clone();
+    let sampler = tokio::spawn(async move {
+        let admin = waymark_tests::db::admin_client(&url).await;
+        let mut most = 0;
+        while !flag.load(Ordering::SeqCst) {
+            let n: i64 = admin.query_one(&sql, &[&names]).await.expect("sample").get(0);
+            most = most.max(n);
+            // Real time: the sampling period is what is asked for.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        most
+    });
+    (stop, sampler)
+}
+
+async fn all_succeeded(store: &S, queue: &str, n: i64) {
+    eventually(Duration::from_secs(60), "every task succeeded", || async {
+        store.stats(Some(queue)).await.expect("stats")[queue].succeeded == n
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_of_one_shared_by_two_handlers_never_runs_two_at_once() {
+    let schema = TestSchema::new().await;
+    let store: S = Arc::new(pool_store(&schema).await);
+    let (gpu, free) = (Arc::new(InFlight::default()), Arc::new(InFlight::default()));
+    let gpu_handler = |gpu: Arc<InFlight>| {
+        move |_ctx, _p: serde_json::Value| {
+            let gpu = gpu.clone();
+            async move {
+                let _in = gpu.enter();
+                // Real time: each call holds the resource a while.
+                tokio::time::sleep(Duration::from_millis(15)).await;
+                Ok(())
+            }
+        }
+    };
+    let on_gpu = || HandlerOptions::new().resource("gpu");
+    let free_calls = free.clone();
+    let w = Worker::builder(store.clone())
+        .queues(["res"])
+        .concurrency(8)
+        .resource("gpu", 1)
+        .task_with("gpu.a", on_gpu(), gpu_handler(gpu.clone()))
+        .task_with("gpu.b", on_gpu(), gpu_handler(gpu.clone()))
+        .task("free", move |_ctx, _p: serde_json::Value| {
+            let free = free_calls.clone();
+            async move {
+                let _in = free.enter();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok(())
+            }
+        })
+        .build()
+        .expect("worker");
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let name = ["gpu.a", "gpu.b", "free", "gpu.a"][i % 4];
+        tasks.push(NewTask::new(name, json!({})).queue("res"));
+    }
+    store.submit_batch(tasks).await.expect("submit");
+    let (stop, sampler) = sample_running(&schema, &["gpu.a", "gpu.b"]);
+    let (handle, run) = spawn(w);
+    all_succeeded(&store, "res", 40).await;
+    stop.store(true, Ordering::SeqCst);
+    let most_rows = sampler.await.expect("sampler");
+    assert_eq!(gpu.most(), 1, "the two gpu handlers never ran at once");
+    assert!(most_rows <= 1, "never two gpu tasks running in the table: {most_rows}");
+    assert!(free.most() > 1, "the free handler was not held back: {}", free.most());
+    handle.shutdown();
+    run.await.expect("worker");
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handlers_max_running_bounds_its_calls_and_bad_limits_are_refused() {
+    let schema = TestSchema::new().await;
+    let store: S = Arc::new(pool_store(&schema).await);
+    let seen = Arc::new(InFlight::default());
+    let calls = seen.clone();
+    let w = Worker::builder(store.clone())
+        .queues(["two"])
+        .concurrency(8)
+        .task_with("two", HandlerOptions::new().max_running(2), move |_ctx, _p: serde_json::Value| {
+            let calls = calls.clone();
+            async move {
+                let _in = calls.enter();
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                Ok(())
+            }
+        })
+        .build()
+        .expect("worker");
+    store.submit_batch((0..12).map(|_| NewTask::new("two", json!({})).queue("two"))).await.expect("submit");
+    let (stop, sampler) = sample_running(&schema, &["two"]);
+    let (handle, run) = spawn(w);
+    all_succeeded(&store, "two", 12).await;
+    stop.store(true, Ordering::SeqCst);
+    assert!(sampler.await.expect("sampler") <= 2);
+    assert_eq!(seen.most(), 2, "two at once, never more");
+    handle.shutdown();
+    run.await.expect("worker");
+
+    let refused = |b: waymark_worker::WorkerBuilder<PgPool>| b.build().expect_err("refused").to_string();
+    let noop = |_ctx, _p: serde_json::Value| async move { Ok(()) };
+    let e =
+        refused(Worker::builder(store.clone()).task_with("x", HandlerOptions::new().resource("gpu"), noop));
+    assert!(
+        e.contains("names resource \"gpu\", which WorkerBuilder::resource did not declare (declared: none)"),
+        "{e}"
+    );
+    let e =
+        refused(Worker::builder(store.clone()).task_with("x", HandlerOptions::new().max_running(0), noop));
+    assert!(e.contains("max_running of handler \"x\" must be at least 1"), "{e}");
+    let e = refused(Worker::builder(store.clone()).resource("gpu", 0).task("x", noop));
+    assert!(e.contains("resource \"gpu\" needs a non-empty name and a capacity of at least 1"), "{e}");
+    let e = refused(Worker::builder(store.clone()).batch_task(
+        "x",
+        0,
+        |_items: Vec<waymark_worker::BatchItem<PgPool, serde_json::Value>>| async move {
+            Ok(HashMap::<String, ()>::new())
+        },
+    ));
+    assert!(e.contains("batch size of handler \"x\" must be at least 1"), "{e}");
+    schema.drop().await;
+}
+
+#[derive(Debug, Deserialize)]
+struct Num {
+    n: i64,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_handler_settles_by_its_results_its_own_settlements_and_its_error() {
+    let schema = TestSchema::new().await;
+    let store: S = Arc::new(pool_store(&schema).await);
+    let sizes = Arc::new(Mutex::new(Vec::new()));
+    let seen = sizes.clone();
+    let w = Worker::builder(store.clone())
+        .queues(["batch"])
+        .concurrency(2)
+        .batch_task("double", 5, move |items: Vec<waymark_worker::BatchItem<PgPool, Num>>| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(items.len());
+                let mut results = HashMap::new();
+                for item in items {
+                    match item.payload.n {
+                        // Settled by the handler itself, for good.
+                        13 => drop(item.ctx.fail(TaskError::permanent("unlucky")).await.expect("fail")),
+                        // Not named: succeeds with a null result.
+                        7 => {}
+                        n => drop(results.insert(item.ctx.id().to_owned(), n * 2)),
+                    }
+                }
+                Ok(results)
+            }
+        })
+        .batch_task("all.fail", 4, |_items: Vec<waymark_worker::BatchItem<PgPool, Num>>| async move {
+            Err::<HashMap<String, i64>, _>(TaskError::permanent("the whole batch failed"))
+        })
+        .build()
+        .expect("worker");
+    let mut ids = HashMap::new();
+    for n in 0..14 {
+        ids.insert(
+            n,
+            store.submit(NewTask::new("double", json!({ "n": n })).queue("batch")).await.expect("submit").id,
+        );
+    }
+    let bad = store
+        .submit(NewTask::new("double", json!({"n": "not a number"})).queue("batch"))
+        .await
+        .expect("submit");
+    let mut failing = Vec::new();
+    for n in 0..3 {
+        failing.push(
+            store
+                .submit(NewTask::new("all.fail", json!({ "n": n })).queue("batch"))
+                .await
+                .expect("submit")
+                .id,
+        );
+    }
+    let (handle, run) = spawn(w);
+    for id in ids.values().chain(&failing).chain([&bad.id]) {
+        store.wait(id, Duration::from_secs(30)).await.expect("ends");
+    }
+    for (n, id) in &ids {
+        let t = store.fetch(id).await.expect("fetch");
+        match n {
+            13 => {
+                assert_eq!(t.status, TaskStatus::Failed);
+                assert_eq!(t.error_envelope().expect("envelope").message, "unlucky");
+                assert_eq!(t.attempt, 1, "settled once, by the handler");
+            }
+            7 => assert_eq!((t.status, t.result), (TaskStatus::Succeeded, Some(json!(null)))),
+            n => assert_eq!((t.status, t.result), (TaskStatus::Succeeded, Some(json!(n * 2)))),
+        }
+    }
+    let t = store.fetch(&bad.id).await.expect("fetch");
+    assert_eq!(t.status, TaskStatus::Failed);
+    assert_eq!(t.error_envelope().expect("envelope").kind, "InvalidPayload", "fails alone");
+    for id in &failing {
+        let t = store.fetch(id).await.expect("fetch");
+        assert_eq!(t.status, TaskStatus::Failed);
+        assert_eq!(t.error_envelope().expect("envelope").message, "the whole batch failed");
+    }
+    let sizes = sizes.lock().unwrap().clone();
+    assert!(sizes.iter().all(|&s| (1..=5).contains(&s)), "batches of at most 5: {sizes:?}");
+    assert!(sizes.iter().any(|&s| s > 1), "tasks came in batches: {sizes:?}");
+    assert_eq!(sizes.iter().sum::<usize>(), 14, "every good payload reached the handler once");
+    handle.shutdown();
+    run.await.expect("worker");
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_lease_is_lost_for_one_task_settles_the_others_only() {
+    let schema = TestSchema::new().await;
+    let store: S = Arc::new(pool_store(&schema).await);
+    let victim: Arc<Mutex<Option<String>>> = Arc::default();
+    let reasons = Arc::new(Mutex::new(Vec::new()));
+    let (pick, heard) = (victim.clone(), reasons.clone());
+    let w = Worker::builder(store.clone())
+        .queues(["lost"])
+        .lease(Duration::from_secs(2))
+        .heartbeat_interval(Duration::from_millis(100))
+        // No poll of this worker's may recover the lease the test expires.
+        .poll_interval(Duration::from_secs(60))
+        .batch_task("hold", 4, move |items: Vec<waymark_worker::BatchItem<PgPool, serde_json::Value>>| {
+            let (pick, heard) = (pick.clone(), heard.clone());
+            async move {
+                let victim = loop {
+                    if let Some(id) = pick.lock().unwrap().clone() {
+                        break id;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                };
+                let item = items.iter().find(|i| i.ctx.id() == victim).expect("the victim is in the batch");
+                let reason = item.ctx.cancelled().await;
+                heard.lock().unwrap().push(reason);
+                Ok(items.iter().map(|i| (i.ctx.id().to_owned(), "done")).collect())
+            }
+        })
+        .build()
+        .expect("worker");
+    let ids = store
+        .submit_batch((0..4).map(|i| NewTask::new("hold", json!({ "i": i })).queue("lost")))
+        .await
+        .expect("submit");
+    let (handle, run) = spawn(w);
+    eventually(Duration::from_secs(20), "the batch claimed", || async {
+        store.stats(Some("lost")).await.expect("stats")["lost"].running == 4
+    })
+    .await;
+    // Another worker takes one task of the batch once its lease is gone.
+    schema.expire_lease(&ids[0]).await;
+    let stolen =
+        store.claim(&ClaimRequest::new("thief", ["lost"]).names(["hold"]).limit(1)).await.expect("claim");
+    assert_eq!(stolen.len(), 1);
+    assert_eq!(stolen[0].id, ids[0]);
+    *victim.lock().unwrap() = Some(ids[0].clone());
+    for id in &ids[1..] {
+        let t = store.wait(id, Duration::from_secs(20)).await.expect("the others settle");
+        assert_eq!((t.status, t.result), (TaskStatus::Succeeded, Some(json!("done"))));
+    }
+    assert_eq!(*reasons.lock().unwrap(), vec![CancelReason::LeaseLost], "the victim's token said so");
+    let t = store.fetch(&ids[0]).await.expect("fetch");
+    assert_eq!(
+        (t.status, t.worker_id.as_deref()),
+        (TaskStatus::Running, Some("thief")),
+        "its settlement was dropped"
+    );
+    handle.shutdown();
+    run.await.expect("worker");
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_handlers_run_off_the_async_threads_with_leases_cancellation_and_settlement() {
+    let schema = TestSchema::new().await;
+    let store: S = Arc::new(pool_store(&schema).await);
+    let w = Worker::builder(store.clone())
+        .queues(["cpu"])
+        .concurrency(6)
+        .heartbeat_interval(Duration::from_millis(100))
+        .retry_backoff(Duration::from_millis(1), Duration::from_millis(1))
+        .blocking_task("cpu.sleep", |ctx, p: Num| {
+            // Blocking code: it holds its thread, never an async one.
+            std::thread::sleep(Duration::from_millis(400));
+            tokio::runtime::Handle::current()
+                .block_on(ctx.progress(Some(1.0), Some("slept")))
+                .map_err(TaskError::from)?;
+            Ok(p.n + 1)
+        })
+        .blocking_task("cpu.until_cancelled", |ctx, _p: serde_json::Value| {
+            while !ctx.is_cancelled() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err::<(), _>(TaskError::new("stopped"))
+        })
+        .blocking_task("cpu.panics", |_ctx, _p: serde_json::Value| -> Result<(), TaskError> {
+            panic!("boom")
+        })
+        .task("ping", |_ctx, _p: serde_json::Value| async move { Ok("pong") })
+        .build()
+        .expect("worker");
+    let (handle, run) = spawn(w);
+    let sleepers = store
+        .submit_batch((0..4).map(|n| NewTask::new("cpu.sleep", json!({ "n": n })).queue("cpu")))
+        .await
+        .expect("submit");
+    eventually(Duration::from_secs(20), "the sleepers running", || async {
+        store.stats(Some("cpu")).await.expect("stats")["cpu"].running == 4
+    })
+    .await;
+    // Four threads sleep; the runtime's two async threads are free.
+    let started = Instant::now();
+    let ping = store
+        .call(NewTask::new("ping", json!({})).queue("cpu"), Duration::from_secs(20))
+        .await
+        .expect("ping");
+    assert_eq!(ping.result, Some(json!("pong")));
+    assert!(started.elapsed() < Duration::from_millis(350), "async work went on: {:?}", started.elapsed());
+    for (n, id) in sleepers.iter().enumerate() {
+        let t = store.wait(id, Duration::from_secs(20)).await.expect("done");
+        assert_eq!((t.status, t.result), (TaskStatus::Succeeded, Some(json!(n as i64 + 1))));
+        assert_eq!(t.message.as_deref(), Some("slept"));
+    }
+    let long =
+        store.submit(NewTask::new("cpu.until_cancelled", json!({})).queue("cpu")).await.expect("submit");
+    eventually(Duration::from_secs(20), "it runs", || async {
+        store.fetch(&long.id).await.expect("fetch").status == TaskStatus::Running
+    })
+    .await;
+    store.cancel(&long.id).await.expect("cancel");
+    let t = store.wait(&long.id, Duration::from_secs(20)).await.expect("ends");
+    assert_eq!(t.status, TaskStatus::Canceled, "the heartbeat's cancel reached blocking code");
+    let p = store
+        .submit(NewTask::new("cpu.panics", json!({})).queue("cpu").max_attempts(1))
+        .await
+        .expect("submit");
+    let t = store.wait(&p.id, Duration::from_secs(20)).await.expect("ends");
+    assert_eq!(t.status, TaskStatus::Failed);
+    let envelope = t.error_envelope().expect("envelope");
+    assert_eq!(
+        (envelope.code.as_str(), envelope.message.as_str()),
+        ("handler_error", "the handler panicked: boom")
+    );
+    handle.shutdown();
+    run.await.expect("worker");
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canceled_reads_the_row_rather_than_waiting_for_the_next_heartbeat() {
+    let schema = TestSchema::new().await;
+    let store: S = Arc::new(pool_store(&schema).await);
+    let (go_tx, go_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let go = Arc::new(tokio::sync::Mutex::new(go_rx));
+    // (before the cancel, after it, the token's reason then)
+    type Seen = Option<(bool, bool, Option<CancelReason>)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let saw = seen.clone();
+    let w = Worker::builder(store.clone())
+        .queues(["ask"])
+        // The next heartbeat is a minute away: only a read can tell.
+        .lease(Duration::from_secs(180))
+        .task("ask", move |ctx, _p: serde_json::Value| {
+            let (go, saw) = (go.clone(), saw.clone());
+            async move {
+                let before = ctx.canceled().await?;
+                go.lock().await.recv().await;
+                let after = ctx.canceled().await?;
+                *saw.lock().unwrap() = Some((before, after, ctx.cancel_reason()));
+                Ok(())
+            }
+        })
+        .build()
+        .expect("worker");
+    let (handle, run) = spawn(w);
+    let t = store.submit(NewTask::new("ask", json!({})).queue("ask")).await.expect("submit");
+    eventually(Duration::from_secs(20), "it runs", || async {
+        store.fetch(&t.id).await.expect("fetch").status == TaskStatus::Running
+    })
+    .await;
+    store.cancel(&t.id).await.expect("cancel");
+    go_tx.send(()).expect("go");
+    let done = store.wait(&t.id, Duration::from_secs(20)).await.expect("ends");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        Some((false, true, Some(CancelReason::Requested))),
+        "not canceled, then canceled by the read, which fired the token"
+    );
+    // A cancel requested wins the settlement.
+    assert_eq!(done.status, TaskStatus::Canceled);
+    handle.shutdown();
+    run.await.expect("worker");
+    schema.drop().await;
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct Order {
+    id: u32,
+    qty: u32,
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct Receipt {
+    total: u32,
+}
+
+const PRICE: TaskDef<Order, Receipt> = TaskDef::new("order.price");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typed_definition_binds_the_submit_and_the_handler() {
+    let schema = TestSchema::new().await;
+    let store: S = Arc::new(pool_store(&schema).await);
+    let w = Worker::builder(store.clone())
+        .queues(["typed"])
+        .task(PRICE, |_ctx, order: Order| async move { Ok(Receipt { total: order.qty * 3 }) })
+        .build()
+        .expect("worker");
+    assert_eq!(w.task_names(), vec!["order.price".to_owned()]);
+    let (handle, run) = spawn(w);
+    let receipt = store
+        .call_as(
+            &PRICE,
+            PRICE.task(&Order { id: 1, qty: 7 }).expect("task").queue("typed"),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("call");
+    assert_eq!(receipt, Receipt { total: 21 });
+    let e = store
+        .call_as(&PRICE, NewTask::new("other", json!({})), Duration::from_secs(1))
+        .await
+        .expect_err("another name");
+    assert!(e.to_string().contains("call_as(\"order.price\") was given a task named \"other\""), "{e}");
+    handle.shutdown();
+    run.await.expect("worker");
+    schema.drop().await;
+}
