@@ -212,7 +212,12 @@ async fn a_batch_handler_settles_by_its_results_its_own_settlements_and_its_erro
                 for item in items {
                     match item.payload.n {
                         // Settled by the handler itself, for good.
-                        13 => drop(item.ctx.fail(TaskError::permanent("unlucky")).await.expect("fail")),
+                        13 => {
+                            let failed = item.ctx.fail(TaskError::permanent("unlucky")).await.expect("fail");
+                            assert_eq!(failed.expect("settled now").status, TaskStatus::Failed);
+                            let again = item.ctx.complete(0).await.expect("a second settlement");
+                            assert!(again.is_none(), "is a no-op");
+                        }
                         // Not named: succeeds with a null result.
                         7 => {}
                         n => drop(results.insert(item.ctx.id().to_owned(), n * 2)),
@@ -304,6 +309,9 @@ async fn a_batch_whose_lease_is_lost_for_one_task_settles_the_others_only() {
                 };
                 let item = items.iter().find(|i| i.ctx.id() == victim).expect("the victim is in the batch");
                 let reason = item.ctx.cancelled().await;
+                // A run whose lease is gone submits no children.
+                let child = item.ctx.submit(NewTask::new("child", json!({})).queue("lost")).await;
+                assert!(child.is_err_and(|e| e.is_lost_lease()));
                 heard.lock().unwrap().push(reason);
                 Ok(items.iter().map(|i| (i.ctx.id().to_owned(), "done")).collect())
             }
@@ -330,7 +338,12 @@ async fn a_batch_whose_lease_is_lost_for_one_task_settles_the_others_only() {
         let t = store.wait(id, Duration::from_secs(20)).await.expect("the others settle");
         assert_eq!((t.status, t.result), (TaskStatus::Succeeded, Some(json!("done"))));
     }
-    assert_eq!(*reasons.lock().unwrap(), vec![CancelReason::LeaseLost], "the victim's token said so");
+    assert_eq!(
+        *reasons.lock().unwrap(),
+        vec![CancelReason::LeaseLost],
+        "the victim's token said so, and its child submit was refused"
+    );
+    assert_eq!(store.stats(Some("lost")).await.expect("stats")["lost"].queued, 0, "no child");
     let t = store.fetch(&ids[0]).await.expect("fetch");
     assert_eq!(
         (t.status, t.worker_id.as_deref()),

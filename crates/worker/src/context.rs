@@ -325,10 +325,11 @@ impl<E: PgExecutor> TaskContext<E> {
     /// Settles the task now, as the worker would on `Ok(result)`: succeeded
     /// (canceled if a cancel was requested). For a batch handler that
     /// settles some tasks itself; after it the worker does not settle the
-    /// task again. A failed write that may pass (a saturated pool, a lost
-    /// connection) hands the settlement back to the worker, which settles
-    /// by the handler's return.
-    pub async fn complete(&self, result: impl Serialize) -> Result<Task> {
+    /// task again, and a second settlement is a no-op answering `None`. A
+    /// lost lease is [`Error::LostLease`]. A failed write that may have not
+    /// landed (a saturated pool, a lost connection) hands the settlement
+    /// back to the worker, which settles by the handler's return.
+    pub async fn complete(&self, result: impl Serialize) -> Result<Option<Task>> {
         let result = serde_json::to_value(result)
             .map_err(|e| Error::InvalidArgument(format!("result does not serialise to JSON: {e}")))?;
         self.settle_now(|lease| async move { self.store.complete(&lease, result).await }).await
@@ -337,26 +338,28 @@ impl<E: PgExecutor> TaskContext<E> {
     /// Fails the task now, as the worker would on `Err(error)`: retried
     /// after the backoff if retryable with attempts left, else failed
     /// (canceled if a cancel was requested). See [`TaskContext::complete`].
-    pub async fn fail(&self, error: crate::TaskError) -> Result<Task> {
+    pub async fn fail(&self, error: crate::TaskError) -> Result<Option<Task>> {
         let delay = if error.is_retryable() { self.backoff.delay(self.task.attempt) } else { Duration::ZERO };
         let failure =
             waymark_store::Failure::new(error.envelope()).retryable(error.is_retryable()).delay(delay);
         self.settle_now(|lease| async move { self.store.fail(&lease, &failure).await }).await
     }
 
-    async fn settle_now<'a, F, Fut>(&'a self, write: F) -> Result<Task>
+    async fn settle_now<'a, F, Fut>(&'a self, write: F) -> Result<Option<Task>>
     where
         F: FnOnce(Lease) -> Fut,
         Fut: std::future::Future<Output = Result<Task>> + 'a,
     {
-        self.check_owned()?;
-        if !self.running.take_settlement() {
+        if self.running.is_lost() {
             return Err(self.lost());
+        }
+        if !self.running.take_settlement() {
+            return Ok(None);
         }
         match write(self.lease().clone()).await {
             Ok(task) => {
                 self.running.report_settled(task.status);
-                Ok(task)
+                Ok(Some(task))
             }
             Err(e) => {
                 if e.is_lost_lease() {
@@ -388,13 +391,26 @@ impl<E: PgExecutor> TaskContext<E> {
 
     /// Submits a child task: its parent is this task, its root this task's
     /// root, and it inherits the correlation id unless it has its own.
+    /// Refused with [`Error::LostLease`] once the lease is lost: that run
+    /// was given up and the task runs again elsewhere, whose run submits
+    /// its own children. (A settled task may still fan out.)
     pub async fn submit(&self, child: NewTask) -> Result<Task> {
+        self.check_lease()?;
         self.store.submit(self.child(child)).await
     }
 
     /// [`TaskContext::submit`] inside the caller's transaction.
     pub async fn submit_in(&self, tx: &mut E::Transaction, child: NewTask) -> Result<Task> {
+        self.check_lease()?;
         self.store.submit_in(tx, self.child(child)).await
+    }
+
+    fn check_lease(&self) -> Result<()> {
+        if self.running.is_lost() {
+            Err(self.lost())
+        } else {
+            Ok(())
+        }
     }
 
     fn child(&self, mut child: NewTask) -> NewTask {

@@ -55,6 +55,38 @@
 //! | returns a result that does not serialise | `failed` for good, `unserializable_result` |
 //! | (no handler for the name) | `failed` for good, `no_handler` |
 //!
+//! # Handlers and limits
+//!
+//! [`WorkerBuilder::task`] registers an async handler, under a name or a
+//! [`TaskDef`](waymark_store::TaskDef) (whose types the handler must have);
+//! [`WorkerBuilder::blocking_task`] a synchronous one, run on tokio's
+//! blocking threads; [`WorkerBuilder::batch_task`] one that takes up to N
+//! tasks a call and answers a result per task id (or one error for all,
+//! or settles some itself with [`TaskContext::complete`] and
+//! [`TaskContext::fail`]). The `_with` forms take [`HandlerOptions`]: a
+//! resource declared with [`WorkerBuilder::resource`] (shared by every
+//! handler naming it) and a `max_running` of the handler's own. The claim
+//! respects both: it never takes a task whose call could not start.
+//!
+//! ```no_run
+//! # async fn demo(store: waymark_store::Store<waymark_pool::PgPool>) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::collections::HashMap;
+//! use waymark_worker::{BatchItem, HandlerOptions, Worker};
+//!
+//! let worker = Worker::builder(store)
+//!     .resource("gpu", 1)
+//!     .task_with("render", HandlerOptions::new().resource("gpu"), |_ctx, scene: String| async move {
+//!         Ok(format!("rendered {scene}"))
+//!     })
+//!     .batch_task("embed", 64, |items: Vec<BatchItem<_, String>>| async move {
+//!         Ok(items.iter().map(|i| (i.ctx.id().to_owned(), i.payload.len())).collect::<HashMap<_, _>>())
+//!     })
+//!     .blocking_task("resize", |_ctx, width: u32| Ok(width / 2))
+//!     .build()?;
+//! worker.serve().await?; // until SIGINT or SIGTERM; a second one stops at once
+//! # Ok(()) }
+//! ```
+//!
 //! # Shutdown
 //!
 //! [`WorkerHandle::shutdown`] stops claiming at once, lets running handlers
@@ -66,9 +98,13 @@
 //! code cannot hold `run()`, which gives the others back and returns within
 //! the grace plus about three seconds; the stuck run's task is left to its
 //! lease (no longer renewed), so no other worker starts it before the lease
-//! runs out. Work a handler hands to `spawn_blocking` keeps running after
-//! the handler is dropped, out of the worker's sight: have it check the
-//! token's reason, or finish within the grace.
+//! runs out. Work a handler hands to `spawn_blocking` itself keeps running
+//! after the handler is dropped, out of the worker's sight: have it check
+//! the token's reason, or finish within the grace; a
+//! [`WorkerBuilder::blocking_task`] closure is watched instead, and a task
+//! whose closure still runs is left to its lease. [`WorkerHandle::stop_now`]
+//! skips the grace; [`Worker::serve`] maps SIGINT and SIGTERM to shutdown
+//! and a second signal to `stop_now`.
 
 mod builder;
 mod claim_loop;
