@@ -44,12 +44,21 @@ impl TestSchema {
         self.0.drop().await;
     }
 
-    /// Ends the lease of running task `id` as time would, by writing the
-    /// row: the next claim pass that probes finds it expired.
-    pub async fn expire_lease(&self, id: &str) {
-        let sql = format!("update \"{}\".cairnq_tasks set lease_until_ms = 1 where id = $1", self.schema);
-        let updated = admin_client(&self.url).await.execute(&sql, &[&id]).await.expect("expire the lease");
-        assert_eq!(updated, 1, "task {id} to expire");
+    /// Does to running task `id` what its lease running out and a claim by
+    /// worker `thief` would, in one write: attempt spent, `thief` holding
+    /// it for a minute. One write, so the robbed worker's own recovery can
+    /// never take the task back in between (as it could after a bare
+    /// expiry, at any poll the notifier happens to send).
+    pub async fn steal_lease(&self, id: &str, thief: &str) {
+        let sql = format!(
+            "update \"{}\".cairnq_tasks set worker_id = $2, attempt = attempt + 1, \
+             lease_until_ms = (extract(epoch from now()) * 1000)::bigint + 60000 \
+             where id = $1 and status = 'running'",
+            self.schema
+        );
+        let updated =
+            admin_client(&self.url).await.execute(&sql, &[&id, &thief]).await.expect("steal the lease");
+        assert_eq!(updated, 1, "running task {id} to steal");
     }
 }
 

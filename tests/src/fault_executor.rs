@@ -50,8 +50,24 @@ where
     E: PgExecutor + Clone,
     F: Future<Output = ()> + Send + 'static,
 {
-    // The text the store sends for a statement with no optional filter on.
-    let specialised = waymark_dialect::specialise(statement.def().sql, &[]).expect("specialise");
+    hooked_with(store, statement, &[], nth, hook)
+}
+
+/// [`hooked`] for the statement as sent with the optional filters named in
+/// `bound` on (bound non-null), such as an owned write's `attempt` fence.
+pub fn hooked_with<E, F>(
+    store: &Store<E>,
+    statement: Statement,
+    bound: &[&str],
+    nth: usize,
+    hook: F,
+) -> (Store<Hooked<E>>, oneshot::Receiver<()>)
+where
+    E: PgExecutor + Clone,
+    F: Future<Output = ()> + Send + 'static,
+{
+    // The text the store sends for the statement with those filters on.
+    let specialised = waymark_dialect::specialise(statement.def().sql, bound).expect("specialise");
     let sql = waymark_dialect::rewrite(&specialised).expect("rewrite").sql().to_owned();
     let (answered, on_answer) = oneshot::channel();
     let exec = Hooked {

@@ -99,6 +99,32 @@ async fn a_queue_full_past_the_maximum_wait_fails_with_queue_full_and_submits_no
     assert!(err.is_invalid_argument() && started.elapsed() < Duration::from_millis(200), "{err}");
     assert!(err.to_string().contains("a batch of 3 tasks for queue \"default\" can never fit"), "{err}");
 
+    // A keyed submit that hands back its key's live task needs no room.
+    let full = gated(&schema, Backpressure::per_queue([("keyed", 1)]).max_wait(wait)).await;
+    let first =
+        full.submit(NewTask::new("x", json!({})).queue("keyed").key("k-1")).await.expect("room for one");
+    let started = Instant::now();
+    let again = full.submit(NewTask::new("x", json!({})).queue("keyed").key("k-1")).await.expect("reused");
+    assert_eq!(again.id, first.id);
+    assert!(started.elapsed() < wait, "a reuse waits for no room: {:?}", started.elapsed());
+    let e = full
+        .submit(NewTask::new("x", json!({})).queue("keyed").key("k-2"))
+        .await
+        .expect_err("a new key needs room");
+    assert!(e.is_queue_full(), "{e}");
+    // A batch over two full queues waits one maximum wait, not two.
+    let two = gated(&schema, Backpressure::per_queue([("a", 1), ("b", 1)]).max_wait(wait)).await;
+    two.submit_batch([NewTask::new("x", json!({})).queue("a"), NewTask::new("x", json!({})).queue("b")])
+        .await
+        .expect("room in both");
+    let started = Instant::now();
+    let e = two
+        .submit_batch([NewTask::new("x", json!({})).queue("a"), NewTask::new("x", json!({})).queue("b")])
+        .await
+        .expect_err("both full");
+    assert!(e.is_queue_full(), "{e}");
+    assert!(started.elapsed() < wait * 2, "one wait for the batch: {:?}", started.elapsed());
+
     // Limits that make no sense are refused when set.
     for bad in [Backpressure::max_depth(0), Backpressure::per_queue([("q", -1)])] {
         let e = pool_store(&schema).await.with_backpressure(bad).expect_err("refused");

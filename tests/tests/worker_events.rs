@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::broadcast::Receiver;
 use waymark_pool::PgPool;
-use waymark_store::{ClaimRequest, NewTask, TaskStatus};
+use waymark_store::{NewTask, TaskStatus};
 use waymark_tests::{pool_store, TestSchema};
 use waymark_worker::{CancelReason, Worker, WorkerEvent, WorkerHandle};
 
@@ -78,9 +78,7 @@ async fn a_subscriber_sees_claims_settlements_lost_leases_give_backs_and_the_sto
     assert!(
         matches!(next(&mut events, "the claim").await, WorkerEvent::Claimed { ref task_id, .. } if *task_id == held.id)
     );
-    schema.expire_lease(&held.id).await;
-    let stolen = store.claim(&ClaimRequest::new("thief", ["ev"]).limit(1)).await.expect("claim");
-    assert_eq!(stolen.len(), 1);
+    schema.steal_lease(&held.id, "thief").await;
     assert_eq!(
         next(&mut events, "the lost lease").await,
         WorkerEvent::LeaseLost { task_id: held.id.clone(), attempt: 1 }

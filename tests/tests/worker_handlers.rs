@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use waymark_pool::PgPool;
-use waymark_store::{ClaimRequest, NewTask, Store, TaskDef, TaskStatus};
+use waymark_store::{NewTask, Store, TaskDef, TaskStatus};
 use waymark_tests::{eventually, pool_store, TestSchema};
 use waymark_worker::{CancelReason, HandlerOptions, TaskError, Worker, WorkerHandle};
 
@@ -186,7 +186,7 @@ async fn a_handlers_max_running_bounds_its_calls_and_bad_limits_are_refused() {
             Ok(HashMap::<String, ()>::new())
         },
     ));
-    assert!(e.contains("batch size of handler \"x\" must be at least 1"), "{e}");
+    assert!(e.contains("batch size of handler \"x\" must be 1 to 10000, got 0"), "{e}");
     schema.drop().await;
 }
 
@@ -328,11 +328,7 @@ async fn a_batch_whose_lease_is_lost_for_one_task_settles_the_others_only() {
     })
     .await;
     // Another worker takes one task of the batch once its lease is gone.
-    schema.expire_lease(&ids[0]).await;
-    let stolen =
-        store.claim(&ClaimRequest::new("thief", ["lost"]).names(["hold"]).limit(1)).await.expect("claim");
-    assert_eq!(stolen.len(), 1);
-    assert_eq!(stolen[0].id, ids[0]);
+    schema.steal_lease(&ids[0], "thief").await;
     *victim.lock().unwrap() = Some(ids[0].clone());
     for id in &ids[1..] {
         let t = store.wait(id, Duration::from_secs(20)).await.expect("the others settle");
@@ -516,6 +512,83 @@ async fn a_typed_definition_binds_the_submit_and_the_handler() {
         .await
         .expect_err("another name");
     assert!(e.to_string().contains("call_as(\"order.price\") was given a task named \"other\""), "{e}");
+    handle.shutdown();
+    run.await.expect("worker");
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_closure_past_its_time_limit_keeps_its_resource_until_it_returns() {
+    let schema = TestSchema::new().await;
+    let store: S = Arc::new(pool_store(&schema).await);
+    let gpu = Arc::new(InFlight::default());
+    let calls = gpu.clone();
+    let w = Worker::builder(store.clone())
+        .queues(["slow"])
+        .concurrency(4)
+        .resource("gpu", 1)
+        .max_run_time(Duration::from_millis(100))
+        .retry_backoff(Duration::from_millis(1), Duration::from_millis(1))
+        .blocking_task_with(
+            "slow.gpu",
+            HandlerOptions::new().resource("gpu"),
+            move |_ctx, _p: serde_json::Value| {
+                let _in = calls.enter();
+                // Real time: the closure runs on well past the run's limit.
+                std::thread::sleep(Duration::from_millis(400));
+                Ok(())
+            },
+        )
+        .build()
+        .expect("worker");
+    let ids = store
+        .submit_batch((0..3).map(|_| NewTask::new("slow.gpu", json!({})).queue("slow").max_attempts(1)))
+        .await
+        .expect("submit");
+    let (handle, run) = spawn(w);
+    for id in &ids {
+        let t = store.wait(id, Duration::from_secs(30)).await.expect("ends");
+        assert_eq!(t.status, TaskStatus::Failed);
+        assert_eq!(t.error_envelope().expect("envelope").code, "handler_timeout");
+    }
+    assert_eq!(gpu.most(), 1, "a timed-out closure still held the resource until it returned");
+    handle.shutdown();
+    run.await.expect("worker");
+    schema.drop().await;
+}
+
+/// A handler's own settlement whose write never answers (here: the run is
+/// stopped by its time limit while the write waits) is still the one the
+/// worker makes, not the end the run's stop maps to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handlers_own_settlement_cut_short_is_made_by_the_worker() {
+    use waymark_store::protocol::Statement;
+    let schema = TestSchema::new().await;
+    let plain = pool_store(&schema).await;
+    // The first `fail` with its attempt fence waits a while before it runs.
+    let (store, _answered) =
+        waymark_tests::fault_executor::hooked_with(&plain, Statement::Fail, &["attempt"], 1, async {
+            // Real time: longer than the run's limit below.
+            tokio::time::sleep(Duration::from_millis(600)).await;
+        });
+    let store = Arc::new(store);
+    let w = Worker::builder(store.clone())
+        .queues(["own"])
+        .max_run_time(Duration::from_millis(150))
+        .task("own", |ctx, _p: serde_json::Value| async move {
+            ctx.fail(TaskError::permanent("the handler's own verdict")).await?;
+            Ok(())
+        })
+        .build()
+        .expect("worker");
+    let t = plain.submit(NewTask::new("own", json!({})).queue("own")).await.expect("submit");
+    let handle = w.handle();
+    let run = tokio::spawn(w.run());
+    let done = plain.wait(&t.id, Duration::from_secs(20)).await.expect("ends");
+    assert_eq!(done.status, TaskStatus::Failed);
+    let envelope = done.error_envelope().expect("envelope");
+    assert_eq!(envelope.message, "the handler's own verdict", "not handler_timeout: {envelope:?}");
+    assert_eq!(done.attempt, 1);
     handle.shutdown();
     run.await.expect("worker");
     schema.drop().await;

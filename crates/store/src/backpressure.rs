@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::executor::PgExecutor;
+use crate::options::{Conflict, NewTask};
 use crate::store::Store;
+use crate::task::TaskStatus;
 
 /// Most submits one `queue_depth` read allows (a larger batch takes its
 /// size).
@@ -129,7 +131,15 @@ impl Gate {
     /// fails: [`Error::QueueFull`] past the maximum wait,
     /// [`Error::InvalidArgument`] for a batch larger than the limit (it
     /// could never fit). Cancel safe: a dropped wait takes nothing.
-    pub(crate) async fn admit<E: PgExecutor>(&self, store: &Store<E>, queue: &str, n: i64) -> Result<()> {
+    /// `started` is when the submit began to wait (one time for all the
+    /// queues of a batch, so the maximum wait bounds the whole submit).
+    async fn admit<E: PgExecutor>(
+        &self,
+        store: &Store<E>,
+        queue: &str,
+        n: i64,
+        started: Instant,
+    ) -> Result<()> {
         let Some(limit) = self.config.limit_for(queue) else { return Ok(()) };
         if n > limit {
             return Err(Error::invalid(format!(
@@ -137,14 +147,20 @@ impl Gate {
             )));
         }
         let grant = self.grant(queue);
-        let started = Instant::now();
+        let full = |waited| Error::QueueFull { queue: queue.to_owned(), limit, waited };
         let mut pause = FIRST_PAUSE;
         loop {
             let seen = grant.probes.load(Ordering::Acquire);
             let mut left = grant.left.lock().await;
             if *left < n && grant.probes.load(Ordering::Acquire) == seen {
-                // No probe answered while this submit waited: ask.
-                let headroom = store.queue_depth(queue, limit).await?;
+                // No probe answered while this submit waited: ask, within
+                // what is left of the wait (the others of the queue wait
+                // on this probe, so it must not outlast the bound).
+                let rest = self.config.max_wait.saturating_sub(started.elapsed());
+                let headroom = match tokio::time::timeout(rest, store.queue_depth(queue, limit)).await {
+                    Ok(headroom) => headroom?,
+                    Err(_) => return Err(full(started.elapsed())),
+                };
                 *left = headroom.min(MAX_GRANT.max(n));
                 grant.probes.fetch_add(1, Ordering::Release);
             }
@@ -155,7 +171,7 @@ impl Gate {
             drop(left);
             let waited = started.elapsed();
             if waited >= self.config.max_wait {
-                return Err(Error::QueueFull { queue: queue.to_owned(), limit, waited });
+                return Err(full(waited));
             }
             // A full queue does not drain in one pause; probing tightly
             // would add reads to a database that is already behind.
@@ -183,11 +199,48 @@ impl<E: PgExecutor> Store<E> {
         self.gate.as_deref().map(Gate::config)
     }
 
-    /// Waits for room for `n` tasks in `queue`, when a limit is set.
-    pub(crate) async fn admit(&self, queue: &str, n: i64) -> Result<()> {
-        match &self.gate {
-            Some(gate) => gate.admit(self, queue, n).await,
-            None => Ok(()),
+    /// Waits for room for one task, when its queue is limited. A keyed
+    /// submit that will hand back the task its key names inserts nothing
+    /// and waits for nothing. (The key is read without its lock: a race
+    /// with another submit of the key makes this wait when it need not, or
+    /// not when it should, within the gate's softness.)
+    pub(crate) async fn admit_one(&self, task: &NewTask) -> Result<()> {
+        let Some(gate) = self.gate.as_deref().filter(|g| g.config.limit_for(&task.queue).is_some()) else {
+            return Ok(());
+        };
+        if let Some(key) = &task.key {
+            if let Some(state) = self.get_status_by_key(key).await? {
+                if hands_back(task.conflict, state.status) {
+                    return Ok(());
+                }
+            }
         }
+        gate.admit(self, &task.queue, 1, Instant::now()).await
+    }
+
+    /// Waits for room for a batch, queue by queue (in name order), within
+    /// one maximum wait for the whole batch.
+    pub(crate) async fn admit_batch<'q>(&self, queues: impl IntoIterator<Item = &'q str>) -> Result<()> {
+        let Some(gate) = self.gate.as_deref() else { return Ok(()) };
+        let mut counts = std::collections::BTreeMap::<&str, i64>::new();
+        for queue in queues {
+            *counts.entry(queue).or_default() += 1;
+        }
+        let started = Instant::now();
+        for (queue, n) in counts {
+            gate.admit(self, queue, n, started).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether a keyed submit with `conflict` hands back (or refuses on) the
+/// task in `status` its key names, inserting nothing.
+fn hands_back(conflict: Conflict, status: TaskStatus) -> bool {
+    match conflict {
+        Conflict::Reject => true,
+        Conflict::Reuse => !status.is_terminal(),
+        Conflict::ReuseSucceeded => !status.is_terminal() || status == TaskStatus::Succeeded,
+        Conflict::Replace => false,
     }
 }

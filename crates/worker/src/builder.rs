@@ -20,6 +20,9 @@ use crate::worker::{ErrorHook, Settings, Shared, State, Worker, WorkerError};
 /// The longest lease or retry backoff a worker takes: far past any real
 /// need, and far inside the protocol's int8 milliseconds and `Instant`'s range.
 const LONGEST: Duration = Duration::from_secs(366 * 24 * 3600);
+/// The largest batch a batch handler takes (as `Store::submit_batch`).
+const MAX_BATCH: usize = 10_000;
+
 /// Configures a [`Worker`]; every setting's doc states its default.
 pub struct WorkerBuilder<E> {
     store: Arc<Store<E>>,
@@ -214,7 +217,7 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
         )
     }
 
-    /// Registers a batch handler: each call takes up to `max` claimed tasks
+    /// Registers a batch handler (`max` from 1 to 10,000): each call takes up to `max` claimed tasks
     /// of `name` at once (as many as are due, never waiting to fill), and
     /// counts as one call against the concurrency and the limits. It may
     /// settle tasks itself ([`TaskContext::complete`], [`TaskContext::fail`]);
@@ -292,8 +295,12 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
         }
         for (name, reg) in &self.handlers {
             crate::limits::check(name, &reg.options, &self.resources)?;
-            if matches!(reg.kind, Kind::Batch(_, 0)) {
-                return bad(format!("the batch size of handler {name:?} must be at least 1"));
+            if let Kind::Batch(_, max) = reg.kind {
+                if !(1..=MAX_BATCH).contains(&max) {
+                    return bad(format!(
+                        "the batch size of handler {name:?} must be 1 to {MAX_BATCH}, got {max}"
+                    ));
+                }
             }
         }
         let worker_id = self

@@ -13,7 +13,8 @@ use crate::events::{Events, WorkerEvent};
 use tokio::sync::watch;
 
 use waymark_store::{
-    Error, Lease, NewTask, PgExecutor, PgTransaction, Result, RetryBackoff, Store, Task, TaskStatus,
+    Error, Lease, NewTask, PgExecutor, PgTransaction, Result, RetryBackoff, Settlement, Store, Task,
+    TaskStatus,
 };
 
 /// Why a task's token fired.
@@ -47,6 +48,12 @@ pub(crate) struct Running {
     /// A blocking handler's closure is running on a blocking thread (it
     /// may outlive the run's future).
     blocking: AtomicBool,
+    /// A settlement the handler began itself whose write has not answered:
+    /// the worker makes it, rather than the one the handler's return maps to.
+    pending: std::sync::Mutex<Option<Settlement>>,
+    /// The call this run belongs to, while it lasts: a blocking closure
+    /// holds it (its slot and units) until the closure returns.
+    call: std::sync::Mutex<Option<Arc<dyn std::any::Any + Send + Sync>>>,
     events: Events,
 }
 
@@ -61,6 +68,8 @@ impl Running {
             ended: AtomicBool::new(false),
             in_poll: AtomicBool::new(false),
             blocking: AtomicBool::new(false),
+            pending: std::sync::Mutex::new(None),
+            call: std::sync::Mutex::new(None),
         })
     }
 
@@ -126,6 +135,20 @@ impl Running {
         !self.settled.swap(true, Ordering::SeqCst)
     }
 
+    pub(crate) fn set_pending(&self, settlement: Settlement) {
+        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(settlement);
+    }
+
+    /// The handler's own settlement whose write did not answer, if any.
+    pub(crate) fn take_pending(&self) -> Option<Settlement> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Ties this run to its call (see `run::CallHold`), or unties it.
+    pub(crate) fn hold_call(&self, call: Option<Arc<dyn std::any::Any + Send + Sync>>) {
+        *self.call.lock().unwrap_or_else(|p| p.into_inner()) = call;
+    }
+
     /// Undoes [`Running::take_settlement`] for a handler's own settlement
     /// whose write failed without an answer.
     pub(crate) fn give_back_settlement(&self) {
@@ -153,13 +176,30 @@ impl Running {
     }
 }
 
+/// Gives a handler's own settlement back to the worker unless disarmed
+/// (its write answered).
+struct HandBack<'a>(Option<&'a Running>);
+
+impl Drop for HandBack<'_> {
+    fn drop(&mut self) {
+        if let Some(running) = self.0 {
+            running.give_back_settlement();
+        }
+    }
+}
+
 /// Marks a blocking handler's closure running, until dropped with it.
+/// It holds the call (its concurrency slot and its units) too: a closure
+/// that outlives its run (past `max_run_time`) still occupies them.
 #[derive(Debug)]
-pub(crate) struct BlockingGuard(Arc<Running>);
+pub(crate) struct BlockingGuard {
+    running: Arc<Running>,
+    _call: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
 
 impl Drop for BlockingGuard {
     fn drop(&mut self) {
-        self.0.blocking.store(false, Ordering::SeqCst);
+        self.running.blocking.store(false, Ordering::SeqCst);
     }
 }
 
@@ -250,7 +290,8 @@ impl<E> TaskContext<E> {
 
     pub(crate) fn blocking_guard(&self) -> BlockingGuard {
         self.running.blocking.store(true, Ordering::SeqCst);
-        BlockingGuard(self.running.clone())
+        let call = self.running.call.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        BlockingGuard { running: self.running.clone(), _call: call }
     }
 
     /// Whether the token fired, and why.
@@ -332,7 +373,7 @@ impl<E: PgExecutor> TaskContext<E> {
     pub async fn complete(&self, result: impl Serialize) -> Result<Option<Task>> {
         let result = serde_json::to_value(result)
             .map_err(|e| Error::InvalidArgument(format!("result does not serialise to JSON: {e}")))?;
-        self.settle_now(|lease| async move { self.store.complete(&lease, result).await }).await
+        self.settle_now(Settlement::Complete { lease: self.lease().clone(), result }).await
     }
 
     /// Fails the task now, as the worker would on `Err(error)`: retried
@@ -342,35 +383,43 @@ impl<E: PgExecutor> TaskContext<E> {
         let delay = if error.is_retryable() { self.backoff.delay(self.task.attempt) } else { Duration::ZERO };
         let failure =
             waymark_store::Failure::new(error.envelope()).retryable(error.is_retryable()).delay(delay);
-        self.settle_now(|lease| async move { self.store.fail(&lease, &failure).await }).await
+        self.settle_now(Settlement::Fail { lease: self.lease().clone(), failure }).await
     }
 
-    async fn settle_now<'a, F, Fut>(&'a self, write: F) -> Result<Option<Task>>
-    where
-        F: FnOnce(Lease) -> Fut,
-        Fut: std::future::Future<Output = Result<Task>> + 'a,
-    {
+    /// The handler's own settlement. Until its write answers, the worker
+    /// holds it as the task's intended end: if the write fails without an
+    /// answer, or this future is dropped mid-write (a time limit, a
+    /// `select!`), the worker makes this settlement when the run ends,
+    /// whatever the handler returned (a resend of one that had landed finds
+    /// no lease, fenced to the attempt, and changes nothing).
+    async fn settle_now(&self, settlement: Settlement) -> Result<Option<Task>> {
         if self.running.is_lost() {
             return Err(self.lost());
         }
         if !self.running.take_settlement() {
             return Ok(None);
         }
-        match write(self.lease().clone()).await {
+        self.running.set_pending(settlement.clone());
+        let mut hand_back = HandBack(Some(&self.running));
+        let out = match &settlement {
+            Settlement::Complete { lease, result } => self.store.complete(lease, result.clone()).await,
+            Settlement::Fail { lease, failure } => self.store.fail(lease, failure).await,
+        };
+        match out {
             Ok(task) => {
+                hand_back.0 = None;
+                self.running.take_pending();
                 self.running.report_settled(task.status);
                 Ok(Some(task))
             }
-            Err(e) => {
-                if e.is_lost_lease() {
-                    self.running.mark_lost();
-                } else {
-                    // Not known to have landed: the worker settles it (a
-                    // resend of one that did land finds no lease).
-                    self.running.give_back_settlement();
-                }
+            Err(e) if e.is_lost_lease() => {
+                hand_back.0 = None;
+                self.running.take_pending();
+                self.running.mark_lost();
                 Err(e)
             }
+            // `hand_back` gives the settlement, still pending, to the worker.
+            Err(e) => Err(e),
         }
     }
 

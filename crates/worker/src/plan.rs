@@ -62,7 +62,10 @@ impl Planner {
     }
 
     /// Draws up to `free` calls. Only the first draw probes (and so
-    /// recovers expired leases) when `probe` is set.
+    /// recovers expired leases) when `probe` is set. The draws run one
+    /// after another (each sized by what the earlier took), and the calls
+    /// start once all have answered: a claim statement takes milliseconds
+    /// against leases of seconds, and the store bounds each one.
     pub(crate) async fn draw<E: PgExecutor>(&self, store: &Store<E>, free: usize, probe: bool) -> Drawn {
         let mut drawn = Drawn::default();
         let n = self.sources.len();
@@ -80,7 +83,7 @@ impl Planner {
             if units.count() == 0 {
                 continue;
             }
-            let limit = i64::try_from(units.count() * src.batch).unwrap_or(i64::MAX);
+            let limit = i64::try_from(units.count().saturating_mul(src.batch)).unwrap_or(i64::MAX);
             let req = self.base.clone().names(src.names.iter().cloned()).limit(limit).probe(probe);
             drawn.probed |= probe;
             probe = false;

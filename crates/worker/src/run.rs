@@ -38,12 +38,15 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
         Some(Kind::Batch(handler, _)) => Some(handler.clone()),
         _ => None,
     };
-    shared.state.busy.fetch_add(1, Ordering::SeqCst);
     let running: Vec<Arc<Running>> =
         tasks.iter().map(|task| Running::new(lease_of(shared, task), shared.state.events.clone())).collect();
     // From here, whatever happens (a panic, a spawn refused while the
     // runtime shuts down, which drops the future), the slot comes free.
-    let slot = Slot { shared: shared.clone(), running: running.clone(), _units: units };
+    let hold = CallHold::new(shared, units);
+    for run in &running {
+        run.hold_call(Some(hold.clone()));
+    }
+    let slot = Slot { shared: shared.clone(), running: running.clone(), _hold: hold };
     for (task, run) in tasks.iter().zip(&running) {
         let previous =
             shared.state.running.lock().expect("running lock").insert(task.id.clone(), run.clone());
@@ -89,15 +92,39 @@ fn lease_of<E>(shared: &Shared<E>, task: &Task) -> Lease {
     Lease::new(task.id.clone(), &*shared.settings.worker_id).on_attempt(task.attempt)
 }
 
-/// Frees a call's slot when the call ends, however it ends, gives back its
-/// units and wakes the claim loop. Its tasks' entries leave the running
-/// map (those that are still this call's), except past the shutdown
-/// grace: shutdown owns the map then, and a run it stopped ends unsettled,
-/// its lease renewed until shutdown gives the task back.
+/// A call's place in the worker: one of its `concurrency` slots and the
+/// units it drew. Given back (units first, then the slot, then the claim
+/// loop woken) when the last holder lets go: the call's [`Slot`], or a
+/// blocking closure that outlives its run.
+pub(crate) struct CallHold<E> {
+    shared: Arc<Shared<E>>,
+    units: Option<Units>,
+}
+
+impl<E: Send + Sync + 'static> CallHold<E> {
+    fn new(shared: &Arc<Shared<E>>, units: Units) -> Arc<Self> {
+        shared.state.busy.fetch_add(1, Ordering::SeqCst);
+        Arc::new(CallHold { shared: shared.clone(), units: Some(units) })
+    }
+}
+
+impl<E> Drop for CallHold<E> {
+    fn drop(&mut self) {
+        // The units first: a claim the wakeup starts must find them free.
+        drop(self.units.take());
+        self.shared.state.busy.fetch_sub(1, Ordering::SeqCst);
+        self.shared.state.slot_freed.notify_one();
+    }
+}
+
+/// Ends a call when its future ends, however it ends. Its tasks' entries
+/// leave the running map (those that are still this call's), except past
+/// the shutdown grace: shutdown owns the map then, and a run it stopped
+/// ends unsettled, its lease renewed until shutdown gives the task back.
 pub(crate) struct Slot<E> {
     shared: Arc<Shared<E>>,
     running: Vec<Arc<Running>>,
-    _units: Units,
+    _hold: Arc<CallHold<E>>,
 }
 
 impl<E> Drop for Slot<E> {
@@ -106,13 +133,13 @@ impl<E> Drop for Slot<E> {
         let mut map = self.shared.state.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         for run in &self.running {
             run.mark_ended();
+            run.hold_call(None);
             if !past_grace && map.get(run.id()).is_some_and(|r| Arc::ptr_eq(r, run)) {
                 map.remove(run.id());
             }
         }
-        drop(map);
-        self.shared.state.busy.fetch_sub(1, Ordering::SeqCst);
-        self.shared.state.slot_freed.notify_one();
+        // `_hold` goes after this body: the call's slot and units come free
+        // then, unless a blocking closure still holds them.
     }
 }
 
@@ -284,7 +311,12 @@ pub(crate) fn settlement_for<E: PgExecutor + 'static>(
     // count as done.
     let end = end.filter(|_| running.reason() != Some(CancelReason::Shutdown))?;
     if !running.take_settlement() {
-        return None; // settled by complete_in, or given back at shutdown
+        return None; // settled by the handler, or given back at shutdown
+    }
+    // The handler's own settlement whose write never answered wins over
+    // what its return maps to.
+    if let Some(pending) = running.take_pending() {
+        return Some(pending);
     }
     let lease = || running.lease.clone();
     let fail = |error: serde_json::Value, retryable: bool| {

@@ -88,7 +88,9 @@ pub(crate) async fn release<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r:
     let again = || shared.store.release(&r.lease);
     let first = again().await;
     let resent = first.as_ref().is_err_and(passing);
-    match while_passing(first, deadline, || r.is_lost(), r.id(), again).await {
+    // After `stop_now`, no more tries: what fails is left to its lease.
+    let stop = || r.is_lost() || *shared.state.stop_now.borrow();
+    match while_passing(first, deadline, stop, r.id(), again).await {
         Ok(task) => {
             shared.state.settled.fetch_add(1, Ordering::Relaxed);
             r.report_given_back(task.status);

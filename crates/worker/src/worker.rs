@@ -216,9 +216,11 @@ impl<E: PgExecutor + 'static> Worker<E> {
 
     /// Runs until SIGINT or SIGTERM, then shuts down gracefully, as
     /// [`WorkerHandle::shutdown`] does; a second signal stops at once, as
-    /// [`WorkerHandle::stop_now`] does. Made for a worker process's `main`
-    /// (it takes those signals for as long as it runs). Fails only when the
-    /// signal handlers cannot be installed.
+    /// [`WorkerHandle::stop_now`] does. Made for a worker process's `main`,
+    /// to exit when it returns: once installed, tokio's handlers for those
+    /// signals stay for the life of the process, so after `serve` returns a
+    /// SIGINT or SIGTERM no longer ends the process by itself. Fails only
+    /// when the signal handlers cannot be installed.
     #[cfg(unix)]
     pub async fn serve(self) -> std::io::Result<()> {
         use tokio::signal::unix::{signal, SignalKind};

@@ -19,7 +19,7 @@ impl<E: PgExecutor> Store<E> {
     pub async fn submit(&self, task: NewTask) -> Result<Task> {
         task.validate()?;
         self.life.check()?;
-        self.admit(&task.queue, 1).await?;
+        self.admit_one(&task).await?;
         if task.key.is_none() {
             let id = new_task_id();
             return match insert(&mut self.session()?, &task, &id).await {
@@ -48,7 +48,8 @@ impl<E: PgExecutor> Store<E> {
         if batch.ids.is_empty() {
             return Ok(Vec::new());
         }
-        self.admit_batch(&batch).await?;
+        self.life.check()?;
+        self.admit_batch(batch.queues.iter().map(String::as_str)).await?;
         let ids = batch.ids.clone();
         match insert_batch(&mut self.session()?, batch).await {
             Ok(()) => Ok(ids),
@@ -72,7 +73,8 @@ impl<E: PgExecutor> Store<E> {
         if batch.ids.is_empty() {
             return Ok(Vec::new());
         }
-        self.admit_batch(&batch).await?;
+        self.life.check()?;
+        self.admit_batch(batch.queues.iter().map(String::as_str)).await?;
         let ids = batch.ids.clone();
         insert_batch(tx, batch).await?;
         Ok(ids)
@@ -83,30 +85,12 @@ impl<E: PgExecutor> Store<E> {
     pub async fn submit_in(&self, tx: &mut E::Transaction, task: NewTask) -> Result<Task> {
         task.validate()?;
         self.life.check()?;
-        self.admit(&task.queue, 1).await?;
+        self.admit_one(&task).await?;
         if task.key.is_none() {
             insert(tx, &task, &new_task_id()).await
         } else {
             submit_keyed(tx, &task).await
         }
-    }
-}
-
-impl<E: PgExecutor> Store<E> {
-    /// Waits for room for a batch, queue by queue, when a limit is set.
-    async fn admit_batch(&self, batch: &Batch) -> Result<()> {
-        self.life.check()?;
-        if self.gate.is_none() {
-            return Ok(());
-        }
-        let mut counts = std::collections::BTreeMap::<&str, i64>::new();
-        for queue in &batch.queues {
-            *counts.entry(queue.as_str()).or_default() += 1;
-        }
-        for (queue, n) in counts {
-            self.admit(queue, n).await?;
-        }
-        Ok(())
     }
 }
 
