@@ -4,7 +4,7 @@
 //! private ones for the fault tests even when `DATABASE_URL` names a server),
 //! PgBouncers in front of them, a TLS CA made with `openssl`, and a venv with
 //! the cairnq SDK; as root it runs the server binaries and PgBouncer as the
-//! `postgres` user, through `runuser`. [`ensure`] looks for each the way the
+//! `postgres` user, through `runuser`; the CLI's `watch` runs under `tmux`. [`ensure`] looks for each the way the
 //! harness will. As root with `apt-get` it installs what is missing; otherwise
 //! it fails with one message naming everything missing and the command that
 //! installs it, before any test is built. `WAYMARK_PREREQS_NO_INSTALL=1` makes
@@ -69,6 +69,13 @@ const NEEDS: &[Need] = &[
         packages: &["python3", "python3-venv", "python3-pip"],
         var: Some("WAYMARK_PYTHON"),
         find: find_python,
+        root_only: false,
+    },
+    Need {
+        what: "tmux (the terminal the CLI's watch is tested in)",
+        packages: &["tmux"],
+        var: None,
+        find: || found_on_path("tmux"),
         root_only: false,
     },
     Need {

@@ -1,0 +1,356 @@
+//! Each command: its input checked first (a bad one changes nothing), then
+//! the store's own operations, then tables or JSON. The store's statements
+//! are the only SQL; no filter reaches the database but as a bound value.
+
+use std::time::Duration;
+
+use serde_json::{json, Value as Json};
+use waymark_pool::PgPool;
+use waymark_store::{ConnectOptions, ListFilter, PurgeFilter, Store, Task, TaskStatus};
+
+use crate::args::{Cli, Command, Filters, ListArgs, PurgeArgs, RetryArgs, Target};
+use crate::error::{CliError, Kind};
+use crate::render;
+
+/// Bulk retries read the matches in pages of this many.
+const PAGE: i64 = 1000;
+
+/// What a command printed, and that it went well.
+pub type Out = Result<String, CliError>;
+
+pub async fn run(cli: Cli) -> Out {
+    let url = cli
+        .database_url
+        .clone()
+        .ok_or_else(|| CliError::usage("no database: pass --database-url or set DATABASE_URL"))?;
+    // Every check of the input happens before the first connection.
+    let json = cli.json;
+    // An empty WAYMARK_SCHEMA means none.
+    let cli = Cli { schema: cli.schema.filter(|s| !s.is_empty()), ..cli };
+    match cli.command {
+        Command::Migrate { status } => migrate(&url, cli.schema.as_deref(), status, json).await,
+        Command::Stats { queue } => {
+            let store = open(&url, cli.schema.as_deref()).await?;
+            let counts = store.stats(queue.as_deref()).await?;
+            Ok(if json { doc(&counts) } else { render::stats(&counts) })
+        }
+        Command::List(args) => list(&url, cli.schema.as_deref(), args, json).await,
+        Command::Get(target) => {
+            let store = open(&url, cli.schema.as_deref()).await?;
+            let task = find(&store, &target).await?;
+            Ok(if json { doc(&task) } else { render::task(&task) })
+        }
+        Command::Cancel(target) => cancel(&url, cli.schema.as_deref(), target, json).await,
+        Command::Retry(args) => retry(&url, cli.schema.as_deref(), args, json).await,
+        Command::Purge(args) => purge(&url, cli.schema.as_deref(), args, json).await,
+        Command::Watch(args) => crate::watch::watch(&url, cli.schema.as_deref(), args, json).await,
+        Command::Ui(args) => ui(&url, cli.schema.as_deref(), args).await,
+    }
+}
+
+/// A store on a small pool, over an installation that must already be
+/// there: no command but `migrate` changes the schema.
+pub async fn open(url: &str, schema: Option<&str>) -> Result<Store<PgPool>, CliError> {
+    let store = Store::connect(
+        pool(url, schema)?,
+        ConnectOptions { schema: schema.map(Into::into), skip_migrate: true },
+    )
+    .await?;
+    Ok(store)
+}
+
+fn pool(url: &str, schema: Option<&str>) -> Result<PgPool, CliError> {
+    let mut builder = PgPool::builder(url).max_size(2);
+    if let Some(s) = schema {
+        builder = builder.schema(s);
+    }
+    builder.build().map_err(|e| CliError::usage(format!("bad --database-url: {e}")))
+}
+
+fn doc(v: &impl serde::Serialize) -> String {
+    let mut s = serde_json::to_string_pretty(v).expect("the store's types serialise");
+    s.push('\n');
+    s
+}
+
+async fn migrate(url: &str, schema: Option<&str>, status: bool, json: bool) -> Out {
+    let store = Store::new(pool(url, schema)?);
+    if status {
+        let states = store.migration_status().await?;
+        let rows: Vec<Vec<String>> = states
+            .iter()
+            .map(|m| {
+                let state = m
+                    .applied_at_ms
+                    .map_or_else(|| "pending".to_owned(), |at| format!("applied {}", render::utc(at)));
+                vec![m.name.to_owned(), state]
+            })
+            .collect();
+        return Ok(if json {
+            doc(&states
+                .iter()
+                .map(|m| json!({"name": m.name, "applied_at_ms": m.applied_at_ms}))
+                .collect::<Vec<_>>())
+        } else {
+            render::table(&["migration", "state (UTC)"], &rows)
+        });
+    }
+    let report =
+        store.prepare(&ConnectOptions { schema: schema.map(Into::into), skip_migrate: false }).await?;
+    Ok(if json {
+        doc(&json!({"applied": report.applied}))
+    } else if report.applied.is_empty() {
+        "up to date: no migration to apply\n".to_owned()
+    } else {
+        report.applied.iter().map(|m| format!("applied {m}\n")).collect()
+    })
+}
+
+/// A status named on the command line, or exit 2 naming the known ones.
+fn status_of(s: &Option<String>) -> Result<Option<TaskStatus>, CliError> {
+    s.as_deref()
+        .map(|s| {
+            s.parse::<TaskStatus>().map_err(|_| {
+                let known: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
+                CliError::usage(format!("unknown status {s:?} (known: {})", known.join(", ")))
+            })
+        })
+        .transpose()
+}
+
+fn list_filter(f: &Filters, limit: i64, offset: i64) -> Result<ListFilter, CliError> {
+    if limit < 0 || offset < 0 {
+        return Err(CliError::usage(format!(
+            "--limit and --offset must not be negative, got {limit} and {offset}"
+        )));
+    }
+    Ok(ListFilter {
+        status: status_of(&f.status)?,
+        queue: f.queue.clone(),
+        name: f.name.clone(),
+        root_id: f.root.clone(),
+        correlation_id: f.correlation.clone(),
+        limit,
+        offset,
+    })
+}
+
+async fn list(url: &str, schema: Option<&str>, args: ListArgs, json: bool) -> Out {
+    let filter = list_filter(&args.filters, args.limit, args.offset)?;
+    let store = open(url, schema).await?;
+    let tasks = store.list(&filter).await?;
+    Ok(if json { doc(&tasks) } else { render::tasks(&tasks) })
+}
+
+async fn find(store: &Store<PgPool>, target: &Target) -> Result<Task, CliError> {
+    let found = match (&target.id, &target.key) {
+        (Some(id), _) => store.get(id).await?,
+        (None, Some(key)) => store.get_by_key(key).await?,
+        (None, None) => return Err(CliError::usage("name a task: an id, or --key")),
+    };
+    found.ok_or_else(|| CliError::not_found(format!("no task {}", describe(target))))
+}
+
+fn describe(target: &Target) -> String {
+    match (&target.id, &target.key) {
+        (Some(id), _) => id.clone(),
+        (None, Some(key)) => format!("under key {key:?}"),
+        _ => String::new(),
+    }
+}
+
+async fn cancel(url: &str, schema: Option<&str>, target: Target, json: bool) -> Out {
+    let store = open(url, schema).await?;
+    let done = match (&target.id, &target.key) {
+        (Some(id), _) => store.cancel(id).await?,
+        (None, Some(key)) => store.cancel_by_key(key).await?,
+        (None, None) => return Err(CliError::usage("name a task: an id, or --key")),
+    };
+    match done {
+        Some(t) => Ok(if json {
+            doc(&t)
+        } else if t.status == TaskStatus::Canceled {
+            format!("canceled {}\n", t.id)
+        } else {
+            format!(
+                "asked {} to stop: it is running, and its worker cancels it at its next heartbeat\n",
+                t.id
+            )
+        }),
+        None => Err(match find(&store, &target).await {
+            Ok(t) => CliError::not_found(format!("task {} is {} already: nothing to cancel", t.id, t.status)),
+            Err(e) => e,
+        }),
+    }
+}
+
+async fn retry(url: &str, schema: Option<&str>, args: RetryArgs, json: bool) -> Out {
+    if args.filter {
+        return retry_matching(url, schema, args, json).await;
+    }
+    if args.id.is_none() && args.key.is_none() {
+        return Err(CliError::usage("name a task (an id, or --key), or pass --filter with filters"));
+    }
+    let target = Target { id: args.id, key: args.key };
+    let store = open(url, schema).await?;
+    let done = match (&target.id, &target.key) {
+        (Some(id), _) => store.retry(id, args.reset_attempt).await?,
+        (_, key) => store.retry_by_key(key.as_deref().unwrap_or_default(), args.reset_attempt).await?,
+    };
+    match done {
+        Some(t) => Ok(if json { doc(&t) } else { format!("queued {} again\n", t.id) }),
+        None => Err(match find(&store, &target).await {
+            Ok(t) => CliError::not_found(format!(
+                "task {} is {}: only failed or canceled tasks can be retried",
+                t.id, t.status
+            )),
+            Err(e) => e,
+        }),
+    }
+}
+
+/// Every failed (or canceled) task matching the filters: the count first,
+/// and the retries only with --yes.
+async fn retry_matching(url: &str, schema: Option<&str>, args: RetryArgs, json: bool) -> Out {
+    let mut filter = list_filter(&args.filters, PAGE, 0)?;
+    let status = filter.status.unwrap_or(TaskStatus::Failed);
+    if !matches!(status, TaskStatus::Failed | TaskStatus::Canceled) {
+        return Err(CliError::usage(format!("only failed or canceled tasks can be retried, not {status}")));
+    }
+    filter.status = Some(status);
+    let store = open(url, schema).await?;
+    let mut ids = Vec::new();
+    loop {
+        let page = store.list(&filter).await?;
+        let short = (page.len() as i64) < PAGE;
+        ids.extend(page.into_iter().map(|t| t.id));
+        if short {
+            break;
+        }
+        filter.offset += PAGE;
+    }
+    if !args.yes {
+        let message = format!(
+            "{} {status} task(s) match; nothing was retried: pass --yes to queue them again",
+            ids.len()
+        );
+        if ids.is_empty() {
+            return Ok(if json {
+                doc(&json!({"matched": 0, "retried": 0}))
+            } else {
+                format!("0 {status} tasks match\n")
+            });
+        }
+        return Err(CliError { kind: Kind::NeedsYes, message });
+    }
+    let (mut retried, mut skipped) = (0u64, 0u64);
+    for id in &ids {
+        match store.retry(id, args.reset_attempt).await? {
+            Some(_) => retried += 1,
+            // Retried, purged or changed since it was counted.
+            None => skipped += 1,
+        }
+    }
+    Ok(if json {
+        doc(&json!({"matched": ids.len(), "retried": retried, "skipped": skipped}))
+    } else {
+        format!(
+            "queued {retried} of {} matching task(s) again ({skipped} had changed meanwhile)\n",
+            ids.len()
+        )
+    })
+}
+
+async fn purge(url: &str, schema: Option<&str>, args: PurgeArgs, json: bool) -> Out {
+    let older_than = duration(&args.older_than, "--older-than")?;
+    let status = status_of(&args.status)?;
+    if let Some(s) = status.filter(|s| !s.is_terminal()) {
+        return Err(CliError::usage(format!("only terminal tasks are purged, not {s}")));
+    }
+    if args.batch < 1 {
+        return Err(CliError::usage(format!("--batch must be at least 1, got {}", args.batch)));
+    }
+    let filter = PurgeFilter { queue: args.queue, status, name: args.name, older_than, limit: args.batch };
+    let store = open(url, schema).await?;
+    let mut deleted = 0usize;
+    loop {
+        let ids = store.purge(&filter).await?;
+        deleted += ids.len();
+        if (ids.len() as i64) < args.batch {
+            break;
+        }
+    }
+    Ok(if json { doc(&json!({"deleted": deleted})) } else { format!("deleted {deleted} task(s)\n") })
+}
+
+/// Serves the dashboard until Ctrl-C.
+async fn ui(url: &str, schema: Option<&str>, args: crate::args::UiArgs) -> Out {
+    let addr: std::net::SocketAddr = args.bind.parse().map_err(|_| {
+        CliError::usage(format!(
+            "--bind must be an address and port, such as 127.0.0.1:8080; got {:?}",
+            args.bind
+        ))
+    })?;
+    let store = open(url, schema).await?;
+    let mut dashboard = waymark_ui::Dashboard::new(store);
+    if let Some(token) = args.token {
+        dashboard = dashboard.token(token);
+    }
+    let listener = dashboard.bind(addr).await.map_err(|e| match e {
+        waymark_ui::BindError::Io(..) => CliError::failed(e.to_string()),
+        _ => CliError::usage(e.to_string()),
+    })?;
+    let at = listener.local_addr().map_err(|e| CliError::failed(e.to_string()))?;
+    // Said before serving, so a script (or a test) can read where.
+    println!("waymark ui: serving on http://{at}/ (Ctrl-C to stop)");
+    tokio::select! {
+        out = dashboard.serve(listener) => out.map_err(|e| CliError::failed(format!("serving the dashboard: {e}")))?,
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    Ok(String::new())
+}
+
+/// `90s`, `30m`, `12h`, `7d`, `500ms`: a number and a unit.
+pub fn duration(s: &str, flag: &str) -> Result<Duration, CliError> {
+    let bad = || {
+        CliError::usage(format!(
+            "{flag} must be a number and a unit (ms, s, m, h, d), such as 30m; got {s:?}"
+        ))
+    };
+    let digits = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (n, unit) = s.split_at(digits);
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    let secs = |k: u64| n.checked_mul(k).map(Duration::from_secs).ok_or_else(bad);
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => secs(1),
+        "m" => secs(60),
+        "h" => secs(3600),
+        "d" => secs(86_400),
+        _ => Err(bad()),
+    }
+}
+
+/// A JSON document of an error, for `--json` callers.
+pub fn error_doc(e: &CliError) -> Json {
+    json!({"error": e.message, "exit_code": match e.kind {
+        Kind::Failed => 1, Kind::Usage => 2, Kind::NotFound => 3, Kind::NeedsYes => 4,
+    }})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_a_number_and_a_unit() {
+        assert_eq!(duration("90s", "--x").unwrap(), Duration::from_secs(90));
+        assert_eq!(duration("7d", "--x").unwrap(), Duration::from_secs(7 * 86_400));
+        assert_eq!(duration("250ms", "--x").unwrap(), Duration::from_millis(250));
+        for bad in ["", "10", "h", "1.5h", "10w", "-1s", "99999999999999999999d"] {
+            let e = duration(bad, "--older-than").unwrap_err();
+            assert_eq!(e.kind, Kind::Usage, "{bad}");
+            assert!(e.message.starts_with("--older-than must be a number and a unit"), "{}", e.message);
+        }
+    }
+}

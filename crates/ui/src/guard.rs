@@ -1,0 +1,148 @@
+//! Who may use the dashboard: the bind rule, the token, the host a request
+//! names, and the proof an action came from the page itself.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+
+use crate::App;
+
+/// The header an action must carry, with the value the page was served.
+pub(crate) const CSRF_HEADER: &str = "x-waymark-csrf";
+const COOKIE: &str = "waymark_token";
+
+/// Why the dashboard would not bind.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BindError {
+    /// An address other than loopback, without a token.
+    NeedsToken(SocketAddr),
+    /// A token that is empty.
+    EmptyToken,
+    /// The bind itself failed.
+    Io(SocketAddr, std::io::Error),
+}
+
+impl std::fmt::Display for BindError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BindError::NeedsToken(addr) => write!(
+                f,
+                "refusing to serve the dashboard on {addr} without a token: anyone who can reach it could \
+                 cancel and retry tasks (set a token, or bind 127.0.0.1)"
+            ),
+            BindError::EmptyToken => f.write_str("the dashboard token must not be empty"),
+            BindError::Io(addr, e) => write!(f, "binding the dashboard to {addr}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BindError {}
+
+pub(crate) fn check_bind(addr: SocketAddr, token: Option<&str>) -> Result<(), BindError> {
+    match token {
+        Some("") => Err(BindError::EmptyToken),
+        None if !addr.ip().is_loopback() => Err(BindError::NeedsToken(addr)),
+        _ => Ok(()),
+    }
+}
+
+pub(crate) struct Guard {
+    /// The hosts a tokenless dashboard answers to; any, with a token.
+    hosts: Option<Vec<String>>,
+    token: Option<String>,
+    pub(crate) csrf: String,
+}
+
+impl Guard {
+    pub(crate) fn new(bound: SocketAddr, token: Option<String>) -> Self {
+        let port = bound.port();
+        // Without a token only loopback is bound; a page of another site
+        // reaching it through a rebound DNS name names that site's host.
+        let hosts = token.is_none().then(|| {
+            vec![
+                format!("127.0.0.1:{port}"),
+                format!("localhost:{port}"),
+                format!("[::1]:{port}"),
+                bound.to_string(),
+            ]
+        });
+        let csrf = format!("{:032x}", rand::random::<u128>());
+        Guard { hosts, token, csrf }
+    }
+
+    fn token_in(&self, headers: &HeaderMap) -> bool {
+        let Some(token) = &self.token else { return true };
+        let bearer = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let cookie = headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|kv| kv.trim().strip_prefix(COOKIE).and_then(|rest| rest.strip_prefix('=')))
+            .find(|v| same(v, token));
+        bearer.is_some_and(|b| same(b, token)) || cookie.is_some()
+    }
+}
+
+/// Compares without stopping at the first difference.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn refuse(status: StatusCode, why: &str) -> Response {
+    (status, axum::Json(serde_json::json!({ "error": why }))).into_response()
+}
+
+/// Runs before every route.
+pub(crate) async fn check<E: Send + Sync + 'static>(
+    State(app): State<Arc<App<E>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let guard = &app.guard;
+    let headers = request.headers();
+    if let Some(hosts) = &guard.hosts {
+        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+        if !hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+            return refuse(
+                StatusCode::MISDIRECTED_REQUEST,
+                "this dashboard answers on its loopback address only",
+            );
+        }
+    }
+    if headers.get("sec-fetch-site").is_some_and(|v| v == "cross-site") {
+        return refuse(StatusCode::FORBIDDEN, "cross-site requests are refused");
+    }
+    if !guard.token_in(headers) {
+        // A visit to /?token=... trades the token for a cookie.
+        let offered = request
+            .uri()
+            .query()
+            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")).map(str::to_owned));
+        if let (Some(offered), Some(token)) = (offered, &guard.token) {
+            if request.uri().path() == "/" && same(&offered, token) {
+                let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
+                return ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response();
+            }
+        }
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "a token is required: open /?token=... or send Authorization: Bearer",
+        );
+    }
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        let sent = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+        if !same(sent, &guard.csrf) {
+            return refuse(StatusCode::FORBIDDEN, "an action must come from the dashboard's own page");
+        }
+    }
+    next.run(request).await
+}
