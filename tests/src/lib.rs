@@ -3,6 +3,7 @@
 //! proves the seam is open, the executor conformance kit, and the runner for
 //! cairnq's shared scenarios.
 
+pub mod browser;
 pub mod client_executor;
 pub mod cluster;
 pub mod conformance;

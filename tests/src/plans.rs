@@ -215,3 +215,31 @@ async fn explain(
     tx.rollback().await.expect("rollback");
     rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n")
 }
+
+/// A table of `total` tasks as a long-lived installation holds them, for
+/// the dashboard's queries (`cargo xtask bench dashboard`): ten queues,
+/// twenty names; 80 % succeeded, 10 % queued, 8 % failed, 1 % running, 1 %
+/// canceled; every tenth task a child of the one before; vacuumed and
+/// analyzed.
+pub async fn mixed_table(client: &Client, total: i64) {
+    client
+        .execute(
+            "insert into cairnq_tasks (id, name, queue, status, payload, metadata, attempt, max_attempts, \
+             priority, run_at_ms, root_id, parent_id, created_at_ms, updated_at_ms, completed_at_ms, error) \
+             select 'task_' || lpad(g::text, 26, '0'), 'name' || (g % 20), 'q' || (g % 10), s.status, \
+                    jsonb_build_object('n', g), '{}', 1, 3, 0, 1000 + g, \
+                    'task_' || lpad((case when g % 10 = 0 then g - 1 else g end)::text, 26, '0'), \
+                    case when g % 10 = 0 then 'task_' || lpad((g - 1)::text, 26, '0') end, \
+                    1000 + g, 1000 + g, \
+                    case when s.status in ('succeeded', 'failed', 'canceled') then 2000 + g end, \
+                    case when s.status = 'failed' then '{\"message\": \"boom\"}'::jsonb end \
+               from generate_series(1, $1::bigint) g, \
+                    lateral (select case when g % 100 < 80 then 'succeeded' when g % 100 < 90 then 'queued' \
+                                         when g % 100 < 98 then 'failed' when g % 100 < 99 then 'running' \
+                                         else 'canceled' end as status) s",
+            &[&total],
+        )
+        .await
+        .expect("filling the table");
+    client.batch_execute("vacuum analyze cairnq_tasks").await.expect("vacuum analyze");
+}

@@ -4,7 +4,8 @@
 //! private ones for the fault tests even when `DATABASE_URL` names a server),
 //! PgBouncers in front of them, a TLS CA made with `openssl`, and a venv with
 //! the cairnq SDK; as root it runs the server binaries and PgBouncer as the
-//! `postgres` user, through `runuser`; the CLI's `watch` runs under `tmux`. [`ensure`] looks for each the way the
+//! `postgres` user, through `runuser`; the CLI's `watch` runs under `tmux`, the dashboard in headless Chromium
+//! through ChromeDriver. [`ensure`] looks for each the way the
 //! harness will. As root with `apt-get` it installs what is missing; otherwise
 //! it fails with one message naming everything missing and the command that
 //! installs it, before any test is built. `WAYMARK_PREREQS_NO_INSTALL=1` makes
@@ -76,6 +77,15 @@ const NEEDS: &[Need] = &[
         packages: &["tmux"],
         var: None,
         find: || found_on_path("tmux"),
+        root_only: false,
+    },
+    Need {
+        what: "Chromium and ChromeDriver (the dashboard's browser test)",
+        packages: &["chromium", "chromium-driver"],
+        var: None,
+        find: || {
+            found_on_path("chromium").and_then(|c| found_on_path("chromedriver").map(|d| format!("{c}, {d}")))
+        },
         root_only: false,
     },
     Need {

@@ -1,8 +1,8 @@
 //! Live counts: one task per dashboard follows the store's `watch` (every
 //! queue it has seen, done signals included), reads the counts at most
-//! every [`LEAST_BETWEEN`], and publishes them; each open page streams
-//! them as server-sent events. One count per change, however many pages
-//! are open.
+//! every [`LEAST_BETWEEN`], and publishes them when they changed; each open
+//! page streams them as server-sent events. One count per change, however
+//! many pages are open.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -17,8 +17,9 @@ use waymark_store::{PgExecutor, Store};
 use crate::App;
 
 /// Counts are read at most this often: a busy queue signals thousands of
-/// times a second, and each read counts rows.
-const LEAST_BETWEEN: Duration = Duration::from_millis(500);
+/// times a second, and each read counts rows (about 120 ms on a table of a
+/// million tasks, `cargo xtask bench dashboard`).
+const LEAST_BETWEEN: Duration = Duration::from_secs(1);
 
 /// How often the counts are read with no signal at all.
 const POLL: Duration = Duration::from_secs(5);
@@ -52,8 +53,15 @@ impl Live {
                             queues = now.keys().cloned().collect();
                             signals = store.watch(queues.clone(), POLL);
                         }
-                        let doc = serde_json::to_string(&now).expect("counts serialise");
-                        tx.send_replace(Some(doc.into()));
+                        let doc: Arc<str> = serde_json::to_string(&now).expect("counts serialise").into();
+                        // Only a change reaches the pages (each then reloads its list).
+                        tx.send_if_modified(|last| {
+                            let changed = last.as_deref() != Some(&*doc);
+                            if changed {
+                                *last = Some(doc.clone());
+                            }
+                            changed
+                        });
                     }
                     Err(e) => {
                         if e.is_store_closed() {

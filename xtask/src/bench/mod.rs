@@ -13,6 +13,7 @@
 mod baseline;
 mod binding;
 mod chart;
+mod dashboard;
 mod explain;
 mod measure;
 mod python;
@@ -50,10 +51,11 @@ pub async fn run(args: &[String]) -> Result<(), String> {
     match rest.first().map(String::as_str) {
         Some("binding") => binding::binding().await,
         Some("explain") => explain::explain().await,
+        Some("dashboard") => dashboard::dashboard().await,
         None | Some("all") => all(&SCENARIOS, rounds).await,
         Some(one) if SCENARIOS.contains(&one) => all(&[one], rounds).await,
         Some(other) => Err(format!(
-            "bench: unknown scenario {other:?} (known: all, binding, explain, {})",
+            "bench: unknown scenario {other:?} (known: all, binding, explain, dashboard, {})",
             SCENARIOS.join(", ")
         )),
     }
