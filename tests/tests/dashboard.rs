@@ -140,9 +140,25 @@ async fn the_guard_refuses_what_a_dashboard_must_not_do() {
         .expect_err("empty");
     assert!(matches!(e, BindError::EmptyToken), "{e}");
 
+    // A token fit for a cookie and a query only; and serve() keeps the
+    // bind rule for a listener bound elsewhere.
+    let e = Dashboard::new(store.clone())
+        .token("a b;c")
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .expect_err("bad");
+    assert!(matches!(e, BindError::BadToken), "{e}");
+    let wide = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let e = Dashboard::new(store.clone()).serve(wide).await.expect_err("no token on 0.0.0.0");
+    assert!(e.to_string().contains("without a token"), "{e}");
+
     let addr = serve(open).await;
     let page = request(addr, "GET", "/", &[]);
     assert_eq!(page.0, 200);
+    // A link from another site opens the page; its API stays closed to it.
+    let link = [("sec-fetch-site", "cross-site"), ("sec-fetch-mode", "navigate")];
+    assert_eq!(request(addr, "GET", "/", &link).0, 200);
+    assert_eq!(request(addr, "GET", "/api/stats", &link).0, 403);
     let csrf = page
         .1
         .split("const CSRF = \"")
@@ -190,5 +206,48 @@ async fn the_guard_refuses_what_a_dashboard_must_not_do() {
     let (status, _) = request(addr, "GET", "/?token=s3cret", &[]);
     assert_eq!(status, 303, "the token is traded for a cookie");
     assert_eq!(request(addr, "GET", "/api/stats", &[("cookie", "waymark_token=s3cret")]).0, 200);
+    assert_eq!(request(addr, "GET", "/api/stats", &[("authorization", "bearer s3cret")]).0, 200, "any case");
+    schema.drop().await;
+}
+
+/// One raw request whose answer is read as it comes, with a deadline.
+fn stream_until(stream: &mut TcpStream, seen: &str, limit: Duration) -> String {
+    stream.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let started = std::time::Instant::now();
+    let mut got = String::new();
+    let mut buf = [0u8; 4096];
+    while !got.contains(seen) {
+        assert!(started.elapsed() < limit, "no {seen:?} within {limit:?}; got {got:?}");
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Err(_) => {} // the read timeout: look again
+        }
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_dashboard_ends_its_live_streams_and_sends_safe_headers() {
+    let schema = TestSchema::new().await;
+    let store: Arc<Store<PgPool>> = Arc::new(pool_store(&schema).await);
+    let dashboard = Dashboard::new(store.clone());
+    let listener = dashboard.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(dashboard.serve(listener));
+    let mut live = TcpStream::connect(addr).unwrap();
+    write!(live, "GET /api/live HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n").unwrap();
+    let head = tokio::task::block_in_place(|| stream_until(&mut live, "event: counts", WAIT));
+    let lower = head.to_ascii_lowercase();
+    assert!(
+        lower.contains("x-frame-options: deny") && lower.contains("x-content-type-options: nosniff"),
+        "{head}"
+    );
+    assert!(lower.contains("content-security-policy: frame-ancestors 'none'"), "{head}");
+    // The embedder stops serving: the open stream ends too (the counts'
+    // task and the store are not kept alive by a browser tab).
+    server.abort();
+    let rest = tokio::task::block_in_place(|| stream_until(&mut live, "\r\n0\r\n\r\n", WAIT));
+    assert!(rest.ends_with("0\r\n\r\n"), "the chunked stream ended: {rest:?}");
     schema.drop().await;
 }

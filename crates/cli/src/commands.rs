@@ -25,8 +25,12 @@ pub async fn run(cli: Cli) -> Out {
         .ok_or_else(|| CliError::usage("no database: pass --database-url or set DATABASE_URL"))?;
     // Every check of the input happens before the first connection.
     let json = cli.json;
-    // An empty WAYMARK_SCHEMA means none.
-    let cli = Cli { schema: cli.schema.filter(|s| !s.is_empty()), ..cli };
+    // An empty schema is a mistake (an unset variable), not "the default".
+    if cli.schema.as_deref() == Some("") {
+        return Err(CliError::usage(
+            "--schema (or WAYMARK_SCHEMA) is empty: name a schema, or leave it unset",
+        ));
+    }
     match cli.command {
         Command::Migrate { status } => migrate(&url, cli.schema.as_deref(), status, json).await,
         Command::Stats { queue } => {
@@ -51,16 +55,17 @@ pub async fn run(cli: Cli) -> Out {
 /// A store on a small pool, over an installation that must already be
 /// there: no command but `migrate` changes the schema.
 pub async fn open(url: &str, schema: Option<&str>) -> Result<Store<PgPool>, CliError> {
-    let store = Store::connect(
-        pool(url, schema)?,
-        ConnectOptions { schema: schema.map(Into::into), skip_migrate: true },
-    )
-    .await?;
-    Ok(store)
+    open_sized(url, schema, 2).await
 }
 
-fn pool(url: &str, schema: Option<&str>) -> Result<PgPool, CliError> {
-    let mut builder = PgPool::builder(url).max_size(2);
+/// [`open`] with `connections` pooled (the dashboard serves several pages).
+async fn open_sized(url: &str, schema: Option<&str>, connections: u32) -> Result<Store<PgPool>, CliError> {
+    let options = ConnectOptions { schema: schema.map(Into::into), skip_migrate: true };
+    Ok(Store::connect(pool(url, schema, connections)?, options).await?)
+}
+
+fn pool(url: &str, schema: Option<&str>, connections: u32) -> Result<PgPool, CliError> {
+    let mut builder = PgPool::builder(url).max_size(connections);
     if let Some(s) = schema {
         builder = builder.schema(s);
     }
@@ -74,7 +79,7 @@ fn doc(v: &impl serde::Serialize) -> String {
 }
 
 async fn migrate(url: &str, schema: Option<&str>, status: bool, json: bool) -> Out {
-    let store = Store::new(pool(url, schema)?);
+    let store = Store::new(pool(url, schema, 2)?);
     if status {
         let states = store.migration_status().await?;
         let rows: Vec<Vec<String>> = states
@@ -191,6 +196,10 @@ async fn retry(url: &str, schema: Option<&str>, args: RetryArgs, json: bool) -> 
     if args.id.is_none() && args.key.is_none() {
         return Err(CliError::usage("name a task (an id, or --key), or pass --filter with filters"));
     }
+    let f = &args.filters;
+    if [&f.status, &f.queue, &f.name, &f.root, &f.correlation].iter().any(|v| v.is_some()) {
+        return Err(CliError::usage("filters go with --filter, not with one task"));
+    }
     let target = Target { id: args.id, key: args.key };
     let store = open(url, schema).await?;
     let done = match (&target.id, &target.key) {
@@ -210,7 +219,10 @@ async fn retry(url: &str, schema: Option<&str>, args: RetryArgs, json: bool) -> 
 }
 
 /// Every failed (or canceled) task matching the filters: the count first,
-/// and the retries only with --yes.
+/// and the retries only with --yes. The retries take the newest page of
+/// matches again and again (a retried task leaves the set), each task at
+/// most once, until a page holds nothing new: paging by offset over a set
+/// that shrinks would skip tasks.
 async fn retry_matching(url: &str, schema: Option<&str>, args: RetryArgs, json: bool) -> Out {
     let mut filter = list_filter(&args.filters, PAGE, 0)?;
     let status = filter.status.unwrap_or(TaskStatus::Failed);
@@ -219,46 +231,71 @@ async fn retry_matching(url: &str, schema: Option<&str>, args: RetryArgs, json: 
     }
     filter.status = Some(status);
     let store = open(url, schema).await?;
-    let mut ids = Vec::new();
-    loop {
-        let page = store.list(&filter).await?;
-        let short = (page.len() as i64) < PAGE;
-        ids.extend(page.into_iter().map(|t| t.id));
-        if short {
-            break;
-        }
-        filter.offset += PAGE;
-    }
     if !args.yes {
-        let message = format!(
-            "{} {status} task(s) match; nothing was retried: pass --yes to queue them again",
-            ids.len()
-        );
-        if ids.is_empty() {
+        // A count, read in pages; tasks failing meanwhile may shift a page,
+        // so ids are counted once each.
+        let mut seen = std::collections::HashSet::new();
+        loop {
+            let page = store.list(&filter).await?;
+            let short = (page.len() as i64) < PAGE;
+            seen.extend(page.into_iter().map(|t| t.id));
+            if short {
+                break;
+            }
+            filter.offset += PAGE;
+        }
+        if seen.is_empty() {
             return Ok(if json {
-                doc(&json!({"matched": 0, "retried": 0}))
+                doc(&json!({"matched": 0, "retried": 0, "skipped": 0}))
             } else {
                 format!("0 {status} tasks match\n")
             });
         }
-        return Err(CliError { kind: Kind::NeedsYes, message });
+        let message = format!(
+            "{} {status} task(s) match; nothing was retried: pass --yes to queue them again",
+            seen.len()
+        );
+        return Err(CliError { kind: Kind::NeedsYes, message, matched: Some(seen.len()) });
     }
+    let mut done = std::collections::HashSet::new();
     let (mut retried, mut skipped) = (0u64, 0u64);
-    for id in &ids {
-        match store.retry(id, args.reset_attempt).await? {
-            Some(_) => retried += 1,
-            // Retried, purged or changed since it was counted.
-            None => skipped += 1,
+    loop {
+        let page = store.list(&filter).await.map_err(|e| partly(e, retried))?;
+        let full = page.len() as i64 == PAGE;
+        let fresh: Vec<String> = page.into_iter().map(|t| t.id).filter(|id| !done.contains(id)).collect();
+        if fresh.is_empty() {
+            // A full page of tasks already retried (they failed again):
+            // the older matches lie past it.
+            if !full {
+                break;
+            }
+            filter.offset += PAGE;
+            continue;
+        }
+        for id in fresh {
+            match store.retry(&id, args.reset_attempt).await.map_err(|e| partly(e, retried))? {
+                Some(_) => retried += 1,
+                // Retried, purged or changed since it was listed.
+                None => skipped += 1,
+            }
+            done.insert(id);
         }
     }
     Ok(if json {
-        doc(&json!({"matched": ids.len(), "retried": retried, "skipped": skipped}))
+        doc(&json!({"matched": done.len(), "retried": retried, "skipped": skipped}))
     } else {
         format!(
             "queued {retried} of {} matching task(s) again ({skipped} had changed meanwhile)\n",
-            ids.len()
+            done.len()
         )
     })
+}
+
+/// A failure part-way through a bulk action, saying what was done before it.
+fn partly(e: waymark_store::Error, done: u64) -> CliError {
+    let mut e = CliError::from(e);
+    e.message = format!("{} (after {done} task(s) were done)", e.message);
+    e
 }
 
 async fn purge(url: &str, schema: Option<&str>, args: PurgeArgs, json: bool) -> Out {
@@ -272,10 +309,15 @@ async fn purge(url: &str, schema: Option<&str>, args: PurgeArgs, json: bool) -> 
     }
     let filter = PurgeFilter { queue: args.queue, status, name: args.name, older_than, limit: args.batch };
     let store = open(url, schema).await?;
-    let mut deleted = 0usize;
+    let mut deleted = 0u64;
+    let started = std::time::Instant::now();
+    let mut filter = filter;
     loop {
-        let ids = store.purge(&filter).await?;
-        deleted += ids.len();
+        // One cutoff for the whole purge: the age is counted from the start,
+        // so tasks that finish meanwhile cannot keep every batch full.
+        filter.older_than = older_than + started.elapsed();
+        let ids = store.purge(&filter).await.map_err(|e| partly(e, deleted))?;
+        deleted += ids.len() as u64;
         if (ids.len() as i64) < args.batch {
             break;
         }
@@ -291,7 +333,8 @@ async fn ui(url: &str, schema: Option<&str>, args: crate::args::UiArgs) -> Out {
             args.bind
         ))
     })?;
-    let store = open(url, schema).await?;
+    waymark_ui::check_bind(addr, args.token.as_deref()).map_err(|e| CliError::usage(e.to_string()))?;
+    let store = open_sized(url, schema, 8).await?;
     let mut dashboard = waymark_ui::Dashboard::new(store);
     if let Some(token) = args.token {
         dashboard = dashboard.token(token);
@@ -333,9 +376,17 @@ pub fn duration(s: &str, flag: &str) -> Result<Duration, CliError> {
 
 /// A JSON document of an error, for `--json` callers.
 pub fn error_doc(e: &CliError) -> Json {
-    json!({"error": e.message, "exit_code": match e.kind {
-        Kind::Failed => 1, Kind::Usage => 2, Kind::NotFound => 3, Kind::NeedsYes => 4,
-    }})
+    let code = match e.kind {
+        Kind::Failed => 1,
+        Kind::Usage => 2,
+        Kind::NotFound => 3,
+        Kind::NeedsYes => 4,
+    };
+    let mut doc = json!({"error": e.message, "exit_code": code});
+    if let Some(n) = e.matched {
+        doc["matched"] = json!(n);
+    }
+    doc
 }
 
 #[cfg(test)]

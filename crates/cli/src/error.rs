@@ -8,6 +8,8 @@ use std::process::ExitCode;
 pub struct CliError {
     pub kind: Kind,
     pub message: String,
+    /// For a bulk retry without --yes: how many tasks matched.
+    pub matched: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,15 +26,15 @@ pub enum Kind {
 
 impl CliError {
     pub fn usage(message: impl Into<String>) -> Self {
-        CliError { kind: Kind::Usage, message: message.into() }
+        CliError { kind: Kind::Usage, message: message.into(), matched: None }
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        CliError { kind: Kind::NotFound, message: message.into() }
+        CliError { kind: Kind::NotFound, message: message.into(), matched: None }
     }
 
     pub fn failed(message: impl Into<String>) -> Self {
-        CliError { kind: Kind::Failed, message: message.into() }
+        CliError { kind: Kind::Failed, message: message.into(), matched: None }
     }
 
     pub fn code(&self) -> ExitCode {

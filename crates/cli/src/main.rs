@@ -33,7 +33,7 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             if json {
-                println!("{}", commands::error_doc(&e));
+                let _ = writeln!(std::io::stdout().lock(), "{}", commands::error_doc(&e));
             }
             eprintln!("waymark: {e}");
             e.code()

@@ -4,9 +4,17 @@ use std::collections::BTreeMap;
 
 use waymark_store::{StatusCounts, Task, TaskStatus};
 
+/// Text from the database made safe for a terminal: control characters
+/// (escape sequences a producer could hide in a name) become spaces.
+pub fn clean(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
 /// An aligned table: a header and rows, each column as wide as its widest
-/// cell.
+/// cell. Every cell is [`clean`]ed.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(|c| clean(c)).collect()).collect();
+    let rows = &rows[..];
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -122,11 +130,11 @@ pub fn task(t: &Task) -> String {
     lines.push(("result", t.result.as_ref().map(json).unwrap_or_else(|| "-".to_owned())));
     lines.push(("error", t.error.as_ref().map(json).unwrap_or_else(|| "-".to_owned())));
     let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    lines.iter().map(|(k, v)| format!("{k:<width$}  {v}\n")).collect()
+    lines.iter().map(|(k, v)| format!("{k:<width$}  {}\n", clean(v))).collect()
 }
 
 fn one_line(s: &str, max: usize) -> String {
-    let flat: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let flat = clean(s);
     if flat.chars().count() <= max {
         flat
     } else {
@@ -167,6 +175,12 @@ mod tests {
         assert_eq!(utc(0), "1970-01-01 00:00:00.000");
         assert_eq!(utc(1_764_816_728_123), "2025-12-04 02:52:08.123");
         assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00.000");
+    }
+
+    #[test]
+    fn escape_sequences_never_reach_the_terminal() {
+        let t = table(&["name"], &[vec!["evil\x1b]52;c;aGk=\x07name".into()]]);
+        assert!(!t.contains('\x1b') && !t.contains('\x07'), "{t:?}");
     }
 
     #[test]

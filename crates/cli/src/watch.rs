@@ -2,7 +2,8 @@
 //! of the store's `watch` (a task queued or finished, a poll) and at least
 //! every `--every`; in a terminal the screen is redrawn in place, piped it
 //! prints one table (or with `--json` one line) per redraw. A database that
-//! goes away is reported and watched for again; Ctrl-C ends it.
+//! goes away once the watch has begun is reported and watched for again;
+//! Ctrl-C ends it at once.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -28,32 +29,31 @@ pub async fn watch(url: &str, schema: Option<&str>, args: WatchArgs, json: bool)
     }
     let store = open(url, schema).await?;
     let tty = std::io::stdout().is_terminal();
-    let mut queues = if args.queue.is_empty() {
-        counts(&store, &[]).await?.into_keys().collect()
+    let mut signals = if args.queue.is_empty() {
+        store.watch_every_queue(every)
     } else {
-        args.queue.clone()
+        store.watch(args.queue.clone(), every)
     };
-    let mut signals = store.watch(queues.clone(), every);
+    // Ctrl-C ends it whatever it is doing (a read of a database gone away
+    // may take its timeouts).
     let mut stop = std::pin::pin!(tokio::signal::ctrl_c());
     let mut last = Instant::now() - LEAST_BETWEEN;
     loop {
-        tokio::select! {
-            _ = signals.next() => {}
-            _ = &mut stop => return Ok(String::new()),
-        }
-        // Real time: redraws are spaced, whatever the signals' rate.
-        tokio::time::sleep(LEAST_BETWEEN.saturating_sub(last.elapsed())).await;
-        last = Instant::now();
-        let frame = match counts(&store, &args.queue).await {
-            Ok(now) => {
-                // Watching every queue: a queue that appeared joins the watch.
-                if args.queue.is_empty() && now.keys().ne(queues.iter()) {
-                    queues = now.keys().cloned().collect();
-                    signals = store.watch(queues.clone(), every);
-                }
-                draw(&now, json, tty)
+        let frame = async {
+            let _ = signals.next().await;
+            // Real time: redraws are spaced, whatever the signals' rate;
+            // what came meanwhile is answered by this one redraw.
+            tokio::time::sleep(LEAST_BETWEEN.saturating_sub(last.elapsed())).await;
+            signals.skip_pending();
+            last = Instant::now();
+            match counts(&store, &args.queue).await {
+                Ok(now) => draw(&now, json, tty),
+                Err(e) => failed(&e, json, tty),
             }
-            Err(e) => failed(&e, json, tty),
+        };
+        let frame = tokio::select! {
+            frame = frame => frame,
+            _ = &mut stop => return Ok(String::new()),
         };
         let mut out = std::io::stdout().lock();
         // A closed pipe (`waymark watch | head`) ends the watch.

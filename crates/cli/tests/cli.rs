@@ -178,6 +178,23 @@ async fn errors_name_what_was_wrong_and_exit_with_their_code() {
     let out = waymark(&schema, &["frobnicate"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("unrecognized subcommand 'frobnicate'"), "{}", stderr(&out));
+    // An empty schema (an unset variable) is refused, not read as the default.
+    let out = Command::new(env!("CARGO_BIN_EXE_waymark"))
+        .args(["--database-url", &schema.url, "--schema", "", "stats"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--schema (or WAYMARK_SCHEMA) is empty"), "{}", stderr(&out));
+    // Filters go with --filter only; a dashboard bind is checked first.
+    let out = waymark(&schema, &["retry", "task_x", "--queue", "q"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("filters go with --filter"), "{}", stderr(&out));
+    let out = Command::new(env!("CARGO_BIN_EXE_waymark"))
+        .args(["--database-url", "postgres://postgres@127.0.0.1:1/none", "ui", "--bind", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "refused before connecting");
+    assert!(stderr(&out).contains("without a token"), "{}", stderr(&out));
     let help = stdout(&waymark(&schema, &["--help"]));
     assert!(help.contains("Exit codes:") && help.contains("4  a bulk retry"), "{help}");
     schema.drop().await;

@@ -257,17 +257,29 @@ impl<E: PgExecutor> Store<E> {
         self.watch_with(queues, poll_interval, false)
     }
 
+    /// [`Store::watch`] of every queue, those that appear later included:
+    /// a dashboard's or an operator's view.
+    pub fn watch_every_queue(&self, poll_interval: Duration) -> Watch<'_, E> {
+        let mut watch = self.watch_with(Vec::<String>::new(), poll_interval, true);
+        watch.every_queue = true;
+        watch
+    }
+
     fn watch_with<I, S>(&self, queues: I, poll_interval: Duration, done: bool) -> Watch<'_, E>
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        // Within a day: a longer interval is no poll at all, and would
+        // overflow `Instant`.
+        let poll_interval = poll_interval.clamp(Duration::from_millis(1), Duration::from_secs(86_400));
         Watch {
             store: self,
             queues: queues.into_iter().map(Into::into).collect(),
+            every_queue: false,
             done,
             events: self.signals.events(),
-            poll_interval: poll_interval.max(Duration::from_millis(1)),
+            poll_interval,
             next_poll: Instant::now() + poll_interval,
             started: false,
         }
@@ -292,6 +304,8 @@ impl<E: PgExecutor> Store<E> {
 pub struct Watch<'a, E> {
     store: &'a Store<E>,
     queues: Vec<String>,
+    /// Every queue, whatever `queues` says.
+    every_queue: bool,
     /// Whether done signals are wanted (and `cairnq_done` listened to).
     done: bool,
     events: broadcast::Receiver<Signal>,
@@ -306,6 +320,20 @@ impl<E: PgExecutor> Watch<'_, E> {
         signals.ensure_listening(exec, life, Channel::Queued).await;
         if self.done {
             signals.ensure_listening(exec, life, Channel::Done).await;
+        }
+    }
+
+    /// Drops the signals already waiting and answers how many there were:
+    /// a consumer that re-reads everything once per wake (a dashboard)
+    /// then takes one read for a burst, not one per task.
+    pub fn skip_pending(&mut self) -> usize {
+        let mut skipped = 0;
+        loop {
+            match self.events.try_recv() {
+                Ok(_) => skipped += 1,
+                Err(broadcast::error::TryRecvError::Lagged(n)) => skipped += n as usize,
+                Err(_) => return skipped,
+            }
         }
     }
 
@@ -328,7 +356,7 @@ impl<E: PgExecutor> Watch<'_, E> {
             match signal {
                 Err(_) => continue, // the poll timer; answered above
                 Ok(Ok(Signal::Queued(q))) => {
-                    if self.queues.contains(&q) {
+                    if self.every_queue || self.queues.contains(&q) {
                         return Signal::Queued(q);
                     }
                 }

@@ -23,6 +23,8 @@ pub enum BindError {
     NeedsToken(SocketAddr),
     /// A token that is empty.
     EmptyToken,
+    /// A token with a character other than letters, digits and `-._~`.
+    BadToken,
     /// The bind itself failed.
     Io(SocketAddr, std::io::Error),
 }
@@ -36,6 +38,7 @@ impl std::fmt::Display for BindError {
                  cancel and retry tasks (set a token, or bind 127.0.0.1)"
             ),
             BindError::EmptyToken => f.write_str("the dashboard token must not be empty"),
+            BindError::BadToken => f.write_str("the dashboard token may hold only letters, digits and -._~"),
             BindError::Io(addr, e) => write!(f, "binding the dashboard to {addr}: {e}"),
         }
     }
@@ -43,9 +46,15 @@ impl std::fmt::Display for BindError {
 
 impl std::error::Error for BindError {}
 
-pub(crate) fn check_bind(addr: SocketAddr, token: Option<&str>) -> Result<(), BindError> {
+/// The bind rule, for a caller that checks its input before anything
+/// else: an address other than loopback needs a token; a token must be
+/// letters, digits and `-._~` (so it travels in a cookie and a query as is).
+pub fn check_bind(addr: SocketAddr, token: Option<&str>) -> Result<(), BindError> {
     match token {
         Some("") => Err(BindError::EmptyToken),
+        Some(t) if !t.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b)) => {
+            Err(BindError::BadToken)
+        }
         None if !addr.ip().is_loopback() => Err(BindError::NeedsToken(addr)),
         _ => Ok(()),
     }
@@ -77,10 +86,13 @@ impl Guard {
 
     fn token_in(&self, headers: &HeaderMap) -> bool {
         let Some(token) = &self.token else { return true };
+        // The scheme is case-insensitive (RFC 7235).
         let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, t)| t.trim());
         let cookie = headers
             .get_all(header::COOKIE)
             .iter()
@@ -118,7 +130,12 @@ pub(crate) async fn check<E: Send + Sync + 'static>(
             );
         }
     }
-    if headers.get("sec-fetch-site").is_some_and(|v| v == "cross-site") {
+    // A link from another site may open the page; nothing else may come
+    // from one (the API, the actions).
+    let navigation = request.method() == Method::GET
+        && request.uri().path() == "/"
+        && headers.get("sec-fetch-mode").is_some_and(|v| v == "navigate");
+    if !navigation && headers.get("sec-fetch-site").is_some_and(|v| v == "cross-site") {
         return refuse(StatusCode::FORBIDDEN, "cross-site requests are refused");
     }
     if !guard.token_in(headers) {
@@ -129,7 +146,9 @@ pub(crate) async fn check<E: Send + Sync + 'static>(
             .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")).map(str::to_owned));
         if let (Some(offered), Some(token)) = (offered, &guard.token) {
             if request.uri().path() == "/" && same(&offered, token) {
-                let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
+                // Lax, so a link to the page still sends it; actions need
+                // the page's own value besides.
+                let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Lax; Path=/");
                 return ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response();
             }
         }
@@ -144,5 +163,11 @@ pub(crate) async fn check<E: Send + Sync + 'static>(
             return refuse(StatusCode::FORBIDDEN, "an action must come from the dashboard's own page");
         }
     }
-    next.run(request).await
+    let mut response = next.run(request).await;
+    // Never framed (clickjacking), never sniffed.
+    let h = response.headers_mut();
+    h.insert(header::X_FRAME_OPTIONS, header::HeaderValue::from_static("DENY"));
+    h.insert(header::CONTENT_SECURITY_POLICY, header::HeaderValue::from_static("frame-ancestors 'none'"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
+    response
 }

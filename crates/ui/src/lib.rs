@@ -18,12 +18,15 @@
 //! # Safety on a network
 //!
 //! It binds 127.0.0.1 unless told otherwise, and refuses any other address
-//! without a token ([`Dashboard::token`]): a request must then carry it, as
-//! a bearer header or as the cookie a visit to `/?token=...` sets. Requests
-//! naming a host other than the one bound are refused (DNS rebinding).
-//! Actions are POSTs that carry a per-process value the page holds, which a
-//! page on another site can neither read nor send; a request the browser
-//! marks cross-site is refused outright.
+//! without a token ([`Dashboard::token`]), in [`Dashboard::bind`] and in
+//! [`Dashboard::serve`] alike: a request must then carry it, as a bearer
+//! header or as the cookie a visit to `/?token=...` sets. Without a token,
+//! requests naming a host other than a loopback one are refused (DNS
+//! rebinding). Actions are POSTs that carry a per-process value the page
+//! holds, which a page on another site can neither read nor send; the
+//! browser's cross-site requests are refused but for a link to the page,
+//! which is never framed. It speaks plain HTTP: put a TLS proxy in front of
+//! one on a network.
 
 mod api;
 mod guard;
@@ -36,7 +39,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use waymark_store::{PgExecutor, Store};
 
-pub use guard::BindError;
+pub use guard::{check_bind, BindError};
 
 /// The dashboard over one store; see the crate docs.
 pub struct Dashboard<E> {
@@ -56,7 +59,7 @@ impl<E> std::fmt::Debug for Dashboard<E> {
 pub(crate) struct App<E> {
     pub(crate) store: Arc<Store<E>>,
     pub(crate) guard: guard::Guard,
-    pub(crate) live: live::Live,
+    pub(crate) feed: live::Feed,
 }
 
 impl<E: PgExecutor + 'static> Dashboard<E> {
@@ -80,14 +83,18 @@ impl<E: PgExecutor + 'static> Dashboard<E> {
         tokio::net::TcpListener::bind(addr).await.map_err(|e| BindError::Io(addr, e))
     }
 
-    /// Serves the dashboard on `listener` until the future is dropped.
+    /// Serves the dashboard on `listener` until the future is dropped
+    /// (open pages' live streams end with it). The bind rule holds for a
+    /// listener bound elsewhere too: one on an address other than loopback
+    /// is refused without a token.
     pub async fn serve(self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
         let addr = listener.local_addr()?;
-        let app = Arc::new(App {
-            store: self.store.clone(),
-            guard: guard::Guard::new(addr, self.token),
-            live: live::Live::start(self.store),
-        });
+        guard::check_bind(addr, self.token.as_deref())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+        // Owned here, so the counts' task (and with it every page's stream)
+        // ends when this future does.
+        let (_live, feed) = live::Live::start(self.store.clone());
+        let app = Arc::new(App { store: self.store, guard: guard::Guard::new(addr, self.token), feed });
         axum::serve(listener, router(app)).await
     }
 }

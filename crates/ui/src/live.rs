@@ -1,17 +1,18 @@
-//! Live counts: one task per dashboard follows the store's `watch` (every
-//! queue it has seen, done signals included), reads the counts at most
-//! every [`LEAST_BETWEEN`], and publishes them when they changed; each open
-//! page streams them as server-sent events. One count per change, however
-//! many pages are open.
+//! Live counts: one task per served dashboard follows the store's watch of
+//! every queue, reads the counts at most every [`LEAST_BETWEEN`] (a burst
+//! of signals takes one read) and only while a page is open, and publishes
+//! them when they changed; each open page streams them as server-sent
+//! events. The task lives as long as `Dashboard::serve`: when that ends,
+//! the sender goes with it and every stream ends.
 
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use waymark_store::{PgExecutor, Store};
 
 use crate::App;
@@ -24,8 +25,10 @@ const LEAST_BETWEEN: Duration = Duration::from_secs(1);
 /// How often the counts are read with no signal at all.
 const POLL: Duration = Duration::from_secs(5);
 
+type Counts = watch::Sender<Option<Arc<str>>>;
+
+/// The running task; aborted on drop.
 pub(crate) struct Live {
-    counts: watch::Receiver<Option<Arc<str>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -35,59 +38,75 @@ impl Drop for Live {
     }
 }
 
+/// What the handlers hold: a weak handle on the counts (the task owns
+/// them, so the streams end with it) and the bell a new page rings.
+pub(crate) struct Feed {
+    counts: Weak<Counts>,
+    page_opened: Arc<Notify>,
+}
+
 impl Live {
-    pub(crate) fn start<E: PgExecutor + 'static>(store: Arc<Store<E>>) -> Live {
-        let (tx, counts) = watch::channel(None);
+    pub(crate) fn start<E: PgExecutor + 'static>(store: Arc<Store<E>>) -> (Live, Feed) {
+        let counts: Arc<Counts> = Arc::new(watch::channel(None).0);
+        let page_opened = Arc::new(Notify::new());
+        let feed = Feed { counts: Arc::downgrade(&counts), page_opened: page_opened.clone() };
         let task = tokio::spawn(async move {
-            let mut queues: Vec<String> = Vec::new();
-            let mut signals = store.watch(queues.clone(), POLL);
+            let mut signals = store.watch_every_queue(POLL);
             let mut last = Instant::now() - LEAST_BETWEEN;
             loop {
-                let _ = signals.next().await;
-                // Real time: reads are spaced, whatever the signals' rate.
+                tokio::select! {
+                    _ = signals.next() => {}
+                    () = page_opened.notified() => {}
+                }
+                if counts.receiver_count() == 0 {
+                    continue; // nobody looks: no read
+                }
+                // Real time: reads are spaced, whatever the signals' rate;
+                // what came meanwhile is answered by this one read.
                 tokio::time::sleep(LEAST_BETWEEN.saturating_sub(last.elapsed())).await;
+                signals.skip_pending();
                 last = Instant::now();
                 match store.stats(None).await {
                     Ok(now) => {
-                        if now.keys().ne(queues.iter()) {
-                            queues = now.keys().cloned().collect();
-                            signals = store.watch(queues.clone(), POLL);
-                        }
                         let doc: Arc<str> = serde_json::to_string(&now).expect("counts serialise").into();
-                        // Only a change reaches the pages (each then reloads its list).
-                        tx.send_if_modified(|last| {
-                            let changed = last.as_deref() != Some(&*doc);
+                        counts.send_if_modified(|seen| {
+                            let changed = seen.as_deref() != Some(&*doc);
                             if changed {
-                                *last = Some(doc.clone());
+                                *seen = Some(doc.clone());
                             }
                             changed
                         });
                     }
+                    Err(e) if e.is_store_closed() => return,
                     Err(e) => {
-                        if e.is_store_closed() {
-                            return;
-                        }
                         tracing::warn!(error = %e, "waymark dashboard: reading the counts failed; trying at the next signal");
                     }
                 }
             }
         });
-        Live { counts, task }
+        (Live { task }, feed)
     }
 }
 
-/// `GET /api/live`: the counts now, then at each change.
+/// `GET /api/live`: the counts now, then at each change; ends when the
+/// dashboard stops.
 pub(crate) async fn events<E: PgExecutor + 'static>(
     State(app): State<Arc<App<E>>>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let mut rx = app.live.counts.clone();
-    rx.mark_changed();
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
+    let rx = app.feed.counts.upgrade().map(|counts| {
+        let mut rx = counts.subscribe();
+        rx.mark_changed();
+        rx
+    });
+    // The counts may be stale (nobody looked): read them now.
+    app.feed.page_opened.notify_one();
+    let stream = futures::stream::unfold(rx, |rx| async move {
+        let mut rx = rx?;
         loop {
             rx.changed().await.ok()?;
             let now = rx.borrow_and_update().clone();
             if let Some(doc) = now {
-                return Some((Ok(Event::default().event("counts").data(&*doc)), rx));
+                return Some((Ok(Event::default().event("counts").data(&*doc)), Some(rx)));
             }
         }
     });
