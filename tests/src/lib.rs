@@ -4,6 +4,7 @@
 //! cairnq's shared scenarios.
 
 pub mod browser;
+pub mod child;
 pub mod client_executor;
 pub mod cluster;
 pub mod conformance;

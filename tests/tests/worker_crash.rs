@@ -2,12 +2,11 @@
 //! every task once the leases run out. Nothing is lost, nothing settled
 //! twice, and attempts count the runs.
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
+
 use waymark_store::{NewTask, TaskStatus};
 use waymark_tests::{eventually, pool_store, TestSchema};
 use waymark_worker::{TaskError, Worker};
@@ -30,14 +29,11 @@ async fn a_killed_worker_loses_nothing_and_settles_nothing_twice() {
         ids.push(store.submit(t).await.expect("submit").id);
     }
 
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_crash_worker"))
-        .args([&schema.url, &schema.schema, "doomed"])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the worker process");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    assert_eq!(lines.next_line().await.expect("read").as_deref(), Some("ready"));
+    let (mut child, _lines) = waymark_tests::child::start_ready(
+        env!("CARGO_BIN_EXE_crash_worker"),
+        &[&schema.url, &schema.schema, "doomed"],
+    )
+    .await;
 
     // Let it finish some and hold others, then kill it without warning.
     eventually(Duration::from_secs(30), "the child to finish four and hold one", || async {

@@ -3,11 +3,10 @@
 //! or queued, none left running), and a second signal stops it at once,
 //! giving its held tasks back.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::BufReader;
 use waymark_store::{ListFilter, NewTask, TaskStatus};
 use waymark_tests::{eventually, pool_store, TestSchema};
 
@@ -15,15 +14,8 @@ use waymark_tests::{eventually, pool_store, TestSchema};
 async fn serve_worker(
     schema: &TestSchema,
 ) -> (tokio::process::Child, tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_serve_worker"))
-        .args([&schema.url, &schema.schema])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the worker process");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    assert_eq!(lines.next_line().await.expect("read").as_deref(), Some("ready"));
-    (child, lines)
+    waymark_tests::child::start_ready(env!("CARGO_BIN_EXE_serve_worker"), &[&schema.url, &schema.schema])
+        .await
 }
 
 fn queued_in_serve() -> ListFilter {

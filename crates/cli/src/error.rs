@@ -60,18 +60,16 @@ impl From<waymark_store::Error> for CliError {
         match &e {
             waymark_store::Error::InvalidArgument(why) => CliError::usage(why.clone()),
             // No meta row, or no tables at all (undefined_table).
-            waymark_store::Error::ProtocolVersionMismatch { found: 0, .. } => CliError::failed(
-                "no waymark installation here (no cairnq_meta row): run `waymark migrate` first, \
-                 or check --schema",
-            ),
-            _ if e.sqlstate() == Some("42P01") => CliError::failed(
-                "no waymark installation here (no cairnq tables): run `waymark migrate` first, \
-                 or check --schema",
-            ),
+            waymark_store::Error::ProtocolVersionMismatch { found: 0, .. } => not_installed(),
+            _ if e.sqlstate() == Some("42P01") => not_installed(),
             _ if e.exec_kind() == Some(waymark_store::ExecErrorKind::Connection) => {
                 CliError::failed(format!("cannot reach the database: {e}"))
             }
             _ => CliError::failed(e.to_string()),
         }
     }
+}
+
+fn not_installed() -> CliError {
+    CliError::failed("no waymark installation here: run `waymark migrate` first, or check --schema")
 }

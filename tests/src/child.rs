@@ -1,0 +1,26 @@
+//! Worker processes of the tests' own binaries (`src/bin/`), started and
+//! waited on until they say they are ready.
+
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+/// Starts `program` with `args`, its stdout piped, killed when dropped, and
+/// waits for its first line, `ready`; answers the child and the rest of its
+/// stdout.
+pub async fn start_ready(program: &str, args: &[&str]) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start the worker process {program}: {e}"));
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    assert_eq!(
+        lines.next_line().await.expect("read").as_deref(),
+        Some("ready"),
+        "{program} says it is ready"
+    );
+    (child, lines)
+}
