@@ -6,6 +6,9 @@ unexpected exits non-zero with the reason on stderr, which fails the test.
 
     interop.py submit SPECS_JSON [--ids-only]
                                           submit tasks, print them
+    interop.py submit-traced NAME QUEUE   submit one task inside an OpenTelemetry
+                                          span, its W3C context in the metadata;
+                                          print the task's id and the span's ids
     interop.py wait ID... [--timeout-ms]  wait for each task, print the final rows
     interop.py read [--id ID]... [--key KEY]...
                                           print tasks by id and by key, and stats
@@ -80,6 +83,32 @@ async def cmd_submit(args: argparse.Namespace) -> None:
                 "sdk_version": cairnq.__version__,
                 "protocol_version": await client.store.protocol_version(),
                 "submitted": out,
+            }
+        )
+    finally:
+        await client.close()
+
+
+async def cmd_submit_traced(args: argparse.Namespace) -> None:
+    # OpenTelemetry's own SDK and W3C propagator, as a traced Python app
+    # would use them: the context goes into the task's metadata.
+    from opentelemetry import propagate
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider().get_tracer("waymark-interop")
+    client = await connected()
+    try:
+        with tracer.start_as_current_span("python submit") as span:
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            task = await client.submit(args.name, {"from": "python"}, queue=args.queue, metadata=carrier)
+        cx = span.get_span_context()
+        emit(
+            {
+                "id": task.id,
+                "metadata": carrier,
+                "trace_id": format(cx.trace_id, "032x"),
+                "span_id": format(cx.span_id, "016x"),
             }
         )
     finally:
@@ -226,6 +255,11 @@ def main() -> None:
     p.add_argument("specs", help="JSON list of {name, payload, key?, conflict?, ...}")
     p.add_argument("--ids-only", action="store_true", help="print each task's id only")
     p.set_defaults(run=cmd_submit)
+
+    p = sub.add_parser("submit-traced")
+    p.add_argument("name")
+    p.add_argument("queue")
+    p.set_defaults(run=cmd_submit_traced)
 
     p = sub.add_parser("wait")
     p.add_argument("ids", nargs="+")

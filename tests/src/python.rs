@@ -1,7 +1,8 @@
 //! A Python with the cairnq SDK, for the interop tests.
 //!
 //! [`venv_python`] makes sure a virtualenv at `target/waymark-py` holds
-//! `cairnq[postgres]` 0.15 and `asyncpg` from PyPI, creating or repairing it
+//! `cairnq[postgres]` 0.15, `asyncpg` and OpenTelemetry's Python SDK (for
+//! the trace-context test) from PyPI, creating or repairing it
 //! when needed, and returns its interpreter. A file lock next to the venv keeps
 //! parallel test binaries from installing over each other; once installed the
 //! check is one `import` and costs a fraction of a second. There is no skip:
@@ -20,8 +21,9 @@ use std::time::Duration;
 
 use crate::cluster::target_dir;
 
-/// What pip installs: the SDK with its Postgres extra, and its driver.
-pub const REQUIREMENTS: [&str; 2] = ["cairnq[postgres]==0.15.*", "asyncpg"];
+/// What pip installs: the SDK with its Postgres extra, its driver, and
+/// OpenTelemetry's SDK (a traced Python client's spans and propagator).
+pub const REQUIREMENTS: [&str; 3] = ["cairnq[postgres]==0.15.*", "asyncpg", "opentelemetry-sdk>=1.20,<2"];
 
 /// The cairnq release line the interop tests are written against.
 pub const CAIRNQ_SERIES: &str = "0.15.";
@@ -82,19 +84,20 @@ fn runs(python: &Path) -> bool {
     python.exists() && Command::new(python).args(["-c", "pass"]).output().is_ok_and(|o| o.status.success())
 }
 
-/// Ok when `python` imports cairnq (of the expected series) and asyncpg.
+/// Ok when `python` imports cairnq (of the expected series), asyncpg and
+/// OpenTelemetry's SDK.
 fn installed(python: &Path) -> Result<(), String> {
     if !python.exists() {
         return Err(format!("{} does not exist", python.display()));
     }
-    let probe = "import sys, cairnq, asyncpg\nsys.stdout.write(cairnq.__version__)";
+    let probe = "import sys, cairnq, asyncpg, opentelemetry.sdk.trace\nsys.stdout.write(cairnq.__version__)";
     let out = Command::new(python)
         .args(["-c", probe])
         .output()
         .map_err(|e| format!("running {}: {e}", python.display()))?;
     if !out.status.success() {
         return Err(format!(
-            "importing cairnq and asyncpg failed: {}",
+            "importing cairnq, asyncpg and opentelemetry failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }

@@ -33,6 +33,7 @@ mod executor;
 mod id;
 mod lease;
 mod migrate;
+mod observe;
 mod options;
 mod retention;
 mod signals;
@@ -53,6 +54,7 @@ pub use executor::{
 pub use id::{new_task_id, task_id_from_parts};
 pub use lease::Lease;
 pub use migrate::{MigrationReport, MigrationState};
+pub use observe::{Observer, RunEnd, RunScope, Scope};
 pub use options::{ClaimRequest, Conflict, Failure, ListFilter, NewTask, PurgeFilter};
 pub use retention::{Retention, RetentionRule, SweepHook, Sweeper};
 pub use signals::Signal;

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::executor::{Autocommit, Lane, PgExecutor, PgSession, PgTransaction};
 use crate::lease::Lease;
 use crate::migrate::{self, MigrationReport, MigrationState, MigrationTimeouts};
+use crate::observe::Observer;
 use crate::signals::Signals;
 use crate::statements::{run, run_opt, Binds};
 use crate::task::Task;
@@ -59,6 +60,7 @@ pub struct Store<E> {
     pub(crate) signals: Arc<Signals>,
     pub(crate) life: Arc<Life>,
     pub(crate) gate: Option<Arc<Gate>>,
+    pub(crate) observer: Option<Arc<dyn Observer>>,
 }
 
 /// The default bound on a migration's wait for its locks.
@@ -84,7 +86,22 @@ impl<E: PgExecutor> Store<E> {
             signals: Arc::default(),
             life: Arc::default(),
             gate: None,
+            observer: None,
         }
+    }
+
+    /// Reports this store's submits, claims and settlements, and the runs
+    /// of workers on it, to `observer` (see [`Observer`]; `waymark-otel`
+    /// makes OpenTelemetry metrics and spans of them). Clones made after
+    /// this share it.
+    pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// The observer [`Store::with_observer`] installed, if any.
+    pub fn observer(&self) -> Option<&Arc<dyn Observer>> {
+        self.observer.as_ref()
     }
 
     /// Bounds each migration: how long it may wait for the ledger lock (or

@@ -13,8 +13,8 @@ use crate::events::{Events, WorkerEvent};
 use tokio::sync::watch;
 
 use waymark_store::{
-    Error, Lease, NewTask, PgExecutor, PgTransaction, Result, RetryBackoff, Settlement, Store, Task,
-    TaskStatus,
+    Error, Lease, NewTask, PgExecutor, PgTransaction, Result, RetryBackoff, RunEnd, RunScope, Settlement,
+    Store, Task, TaskStatus,
 };
 
 /// Why a task's token fired.
@@ -55,13 +55,27 @@ pub(crate) struct Running {
     /// holds it (its slot and units) until the closure returns.
     call: std::sync::Mutex<Option<Arc<dyn std::any::Any + Send + Sync>>>,
     events: Events,
+    /// The store's observer's view of this run, ended once (`observed`).
+    scope: Observed,
+    observed: AtomicBool,
+}
+
+/// A run's [`RunScope`], if the store has an observer.
+struct Observed(Option<Box<dyn RunScope>>);
+
+impl std::fmt::Debug for Observed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Observed" } else { "Unobserved" })
+    }
 }
 
 impl Running {
-    pub(crate) fn new(lease: Lease, events: Events) -> Arc<Self> {
+    pub(crate) fn new(lease: Lease, events: Events, scope: Option<Box<dyn RunScope>>) -> Arc<Self> {
         Arc::new(Running {
             lease,
             events,
+            scope: Observed(scope),
+            observed: AtomicBool::new(false),
             cancel: watch::channel(None).0,
             lost: AtomicBool::new(false),
             settled: AtomicBool::new(false),
@@ -81,8 +95,38 @@ impl Running {
         self.lease.attempt().unwrap_or(0)
     }
 
+    /// Polls (or calls) the run's code inside the observer's context.
+    pub(crate) fn enter<T>(&self, run: impl FnOnce() -> T) -> T {
+        let Some(scope) = &self.scope.0 else { return run() };
+        let (mut run, mut out) = (Some(run), None);
+        scope.enter(&mut || out = run.take().map(|run| run()));
+        // An observer that did not call `poll` is not obeyed: the run goes on.
+        match (out, run) {
+            (Some(out), _) => out,
+            (None, Some(run)) => run(),
+            (None, None) => unreachable!("the run was taken, so it answered"),
+        }
+    }
+
+    /// Tells the observer how the handler answered.
+    pub(crate) fn observe_return(&self, took: std::time::Duration, error: impl FnOnce() -> Option<String>) {
+        if let Some(scope) = &self.scope.0 {
+            scope.returned(took, error().as_deref());
+        }
+    }
+
+    /// Tells the observer how the run ended, the first time only.
+    pub(crate) fn observe_end(&self, end: RunEnd) {
+        if let Some(scope) = &self.scope.0 {
+            if !self.observed.swap(true, Ordering::SeqCst) {
+                scope.end(end);
+            }
+        }
+    }
+
     /// Reports a settlement of this run that committed.
     pub(crate) fn report_settled(&self, status: waymark_store::TaskStatus) {
+        self.observe_end(RunEnd::Settled(status));
         self.events.emit(|| WorkerEvent::Settled {
             task_id: self.id().to_owned(),
             attempt: self.attempt(),
@@ -92,6 +136,7 @@ impl Running {
 
     /// Reports a give-back of this run's task that committed.
     pub(crate) fn report_given_back(&self, status: waymark_store::TaskStatus) {
+        self.observe_end(RunEnd::GivenBack(status));
         self.events.emit(|| WorkerEvent::GivenBack {
             task_id: self.id().to_owned(),
             attempt: self.attempt(),
@@ -120,6 +165,7 @@ impl Running {
         // A run already settled loses nothing (a re-claim of a retry due
         // at once finds it winding down).
         if !self.lost.swap(true, Ordering::SeqCst) && !self.is_settled() {
+            self.observe_end(RunEnd::LeaseLost);
             self.events
                 .emit(|| WorkerEvent::LeaseLost { task_id: self.id().to_owned(), attempt: self.attempt() });
         }
@@ -180,6 +226,14 @@ impl Running {
 /// (its write answered).
 struct HandBack<'a>(Option<&'a Running>);
 
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Nothing reported an end: no write of this run is known to have
+        // committed.
+        self.observe_end(RunEnd::Unknown);
+    }
+}
+
 impl Drop for HandBack<'_> {
     fn drop(&mut self) {
         if let Some(running) = self.0 {
@@ -195,6 +249,13 @@ impl Drop for HandBack<'_> {
 pub(crate) struct BlockingGuard {
     running: Arc<Running>,
     _call: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+impl BlockingGuard {
+    /// Calls a blocking handler inside the observer's context.
+    pub(crate) fn enter<T>(&self, call: impl FnOnce() -> T) -> T {
+        self.running.enter(call)
+    }
 }
 
 impl Drop for BlockingGuard {

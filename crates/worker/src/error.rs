@@ -65,6 +65,11 @@ impl TaskError {
         self.retryable
     }
 
+    /// The envelope's `type`.
+    pub(crate) fn kind_name(&self) -> &str {
+        &self.kind
+    }
+
     /// The message.
     pub fn message(&self) -> &str {
         &self.message

@@ -98,8 +98,8 @@ where
         let f = self.0.clone();
         let blocking = ctx.blocking_guard();
         let join = tokio::task::spawn_blocking(move || {
-            let _blocking = blocking;
-            f(ctx, payload)
+            let blocking = blocking;
+            blocking.enter(|| f(ctx, payload))
         });
         Box::pin(async move {
             match join.await {

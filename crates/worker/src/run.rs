@@ -38,8 +38,14 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
         Some(Kind::Batch(handler, _)) => Some(handler.clone()),
         _ => None,
     };
-    let running: Vec<Arc<Running>> =
-        tasks.iter().map(|task| Running::new(lease_of(shared, task), shared.state.events.clone())).collect();
+    let observer = shared.store.observer();
+    let running: Vec<Arc<Running>> = tasks
+        .iter()
+        .map(|task| {
+            let scope = observer.and_then(|o| o.run(task));
+            Running::new(lease_of(shared, task), shared.state.events.clone(), scope)
+        })
+        .collect();
     // From here, whatever happens (a panic, a spawn refused while the
     // runtime shuts down, which drops the future), the slot comes free.
     let hold = CallHold::new(shared, units);
@@ -80,7 +86,12 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
         // Marks each poll, so shutdown can tell a run stuck in blocking code.
         std::future::poll_fn(|cx| {
             running.iter().for_each(|r| r.set_in_poll(true));
-            let polled = body.as_mut().poll(cx);
+            // A call of one task polls inside its run's observed context (a
+            // batch's call belongs to no one run).
+            let polled = match &running[..] {
+                [one] => one.enter(|| body.as_mut().poll(cx)),
+                _ => body.as_mut().poll(cx),
+            };
             running.iter().for_each(|r| r.set_in_poll(false));
             polled
         })
@@ -156,6 +167,7 @@ async fn run_batch<E: PgExecutor + 'static>(
     let items: Vec<_> =
         tasks.iter().zip(running).map(|(t, r)| (context(shared, t, r), t.payload.clone())).collect();
     let mut ends: HashMap<String, RunEnd> = HashMap::new();
+    let started = Instant::now();
     // The call's synchronous part (the payloads' Deserialize, the
     // handler's own) may panic too.
     let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(items))) {
@@ -180,9 +192,14 @@ async fn run_batch<E: PgExecutor + 'static>(
             )),
         }
     };
-    futures::future::join_all(
-        tasks.iter().zip(running).map(|(task, run)| settle(shared, settler, task, run, end_of(task))),
-    )
+    let took = started.elapsed();
+    futures::future::join_all(tasks.iter().zip(running).map(|(task, run)| {
+        let end = end_of(task);
+        if let Some(end) = &end {
+            run.observe_return(took, || error_type(end));
+        }
+        settle(shared, settler, task, run, end)
+    }))
     .await;
 }
 
@@ -224,10 +241,26 @@ pub(crate) async fn run_handler<E: PgExecutor + 'static>(
     // The call itself may panic too (its synchronous part, a payload's
     // Deserialize), not only the future it returns.
     let payload = task.payload.clone();
-    match supervise(shared, async move { handler.call(ctx, payload).await }).await? {
-        Ok(outcome) => Some(RunEnd::Handler(outcome)),
-        Err(end) => Some(end),
-    }
+    let started = Instant::now();
+    let end = match supervise(shared, async move { handler.call(ctx, payload).await }).await? {
+        Ok(outcome) => RunEnd::Handler(outcome),
+        Err(end) => end,
+    };
+    running.observe_return(started.elapsed(), || error_type(&end));
+    Some(end)
+}
+
+/// The envelope `type` a run's end fails with, if it fails.
+fn error_type(end: &RunEnd) -> Option<String> {
+    Some(match end {
+        RunEnd::Handler(Outcome::Done(_)) => return None,
+        RunEnd::Handler(Outcome::Failed(e)) => e.kind_name().to_owned(),
+        RunEnd::Handler(Outcome::BadPayload(_)) => "InvalidPayload".to_owned(),
+        RunEnd::Handler(Outcome::Unserializable(_)) => "UnserializableResult".to_owned(),
+        RunEnd::Panicked(_) => "Panic".to_owned(),
+        RunEnd::TimedOut(_) => "HandlerTimeout".to_owned(),
+        RunEnd::NoHandler => "NoHandler".to_owned(),
+    })
 }
 
 /// Runs a call's future with its panics caught, bounded by the worker's
@@ -382,6 +415,7 @@ pub(crate) fn settled<E>(
             running.report_settled(s.status);
         }
         Err(e) if e.is_lost_lease() => {
+            running.observe_end(waymark_store::RunEnd::LeaseLost);
             tracing::debug!(task = %settlement.task_id(), "lease lost before settlement");
         }
         Err(e) => shared.report(format!("settle {}", settlement.task_id()), e),

@@ -10,6 +10,7 @@ use super::{finish, owned, tasks, Store};
 use crate::error::{Error, Result};
 use crate::executor::{Lane, PgExecutor, PgSession};
 use crate::lease::Lease;
+use crate::observe;
 use crate::options::{lease_millis, non_empty, ClaimRequest, Failure};
 use crate::statements::{run, run_opt, Binds};
 use crate::task::{opt_int8, text, Beat, ErrorEnvelope, Task};
@@ -34,6 +35,13 @@ impl<E: PgExecutor> Store<E> {
         if req.limit <= 0 || req.queues.is_empty() || req.names.as_ref().is_some_and(Vec::is_empty) {
             return Ok(Vec::new());
         }
+        let scope = observe::start(self.observer(), |o| o.claim(&req.queues));
+        let out = self.claim_observed(req).await;
+        observe::end(scope, out.as_deref());
+        out
+    }
+
+    async fn claim_observed(&self, req: &ClaimRequest) -> Result<Vec<Task>> {
         let started = std::time::Instant::now();
         let mut claimed = self.claim_pass(req).await?;
         let (mut readable, mut failed) = self.fail_unreadable(claimed).await;

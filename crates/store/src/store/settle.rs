@@ -9,6 +9,7 @@ use super::{finish, owned, Store};
 use crate::error::{Error, Result};
 use crate::executor::{Lane, PgExecutor, PgSession};
 use crate::lease::Lease;
+use crate::observe;
 use crate::options::{millis, Failure};
 use crate::statements::{run, Binds};
 use crate::task::{status, text, Settled, Task};
@@ -19,27 +20,31 @@ impl<E: PgExecutor> Store<E> {
     /// not win here; workers settle with [`Store::complete`]).
     pub async fn succeed(&self, lease: &Lease, result: Json, message: Option<&str>) -> Result<Task> {
         let binds: Binds = vec![("result", result.into()), ("message", message.into())];
-        owned(&mut self.session()?, Statement::Succeed, binds, lease).await
+        self.observed_settle(1, async { owned(&mut self.session()?, Statement::Succeed, binds, lease).await })
+            .await
     }
 
     /// Settles an owned task: canceled if a cancel was requested, else
     /// succeeded with `result`.
     pub async fn complete(&self, lease: &Lease, result: Json) -> Result<Task> {
-        complete(&mut self.session()?, lease, result).await
+        self.observed_settle(1, async { complete(&mut self.session()?, lease, result).await }).await
     }
 
     /// [`Store::complete`] inside the caller's transaction: the settlement
     /// commits with the caller's other writes, or neither does. A lost lease
     /// is reported before the caller commits.
     pub async fn complete_in(&self, tx: &mut E::Transaction, lease: &Lease, result: Json) -> Result<Task> {
-        self.life.check()?;
-        complete(tx, lease, result).await
+        self.observed_settle(1, async {
+            self.life.check()?;
+            complete(tx, lease, result).await
+        })
+        .await
     }
 
     /// Records a failure: canceled if a cancel was requested; queued again
     /// after its delay if retryable with attempts left; else failed.
     pub async fn fail(&self, lease: &Lease, failure: &Failure) -> Result<Task> {
-        fail(&mut self.session()?, lease, failure).await
+        self.observed_settle(1, async { fail(&mut self.session()?, lease, failure).await }).await
     }
 
     /// Gives an owned task back (at shutdown): queued and due now, its
@@ -59,6 +64,10 @@ impl<E: PgExecutor> Store<E> {
     /// usual case: one worker's completes), it runs in autocommit, with no
     /// transaction around it.
     pub async fn settle_batch(&self, items: &[Settlement]) -> Result<Vec<Result<Settled>>> {
+        self.observed_settle(items.len(), self.settle_planned(items)).await
+    }
+
+    async fn settle_planned(&self, items: &[Settlement]) -> Result<Vec<Result<Settled>>> {
         let plan = SettlePlan::new(items)?;
         if plan.statements() <= 1 {
             return settle_all(&mut self.session()?, items, &plan).await;
@@ -74,6 +83,20 @@ impl<E: PgExecutor> Store<E> {
         }
         .await;
         finish(tx, out, "settle").await
+    }
+}
+
+impl<E: PgExecutor> Store<E> {
+    /// Runs a settlement write inside the observer's scope, if any.
+    async fn observed_settle<T>(
+        &self,
+        count: usize,
+        write: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let scope = observe::start(self.observer(), |o| o.settle(count));
+        let out = write.await;
+        observe::end(scope, out.as_ref().map(|_| &()));
+        out
     }
 }
 

@@ -8,6 +8,7 @@ use super::{finish, task_opt, Store};
 use crate::error::{Error, Result};
 use crate::executor::{Lane, PgExecutor, PgSession};
 use crate::id::new_task_id;
+use crate::observe;
 use crate::options::{millis, Conflict, NewTask};
 use crate::statements::{run, run_opt, Binds};
 use crate::task::{int8, opt_text, Task, TaskStatus};
@@ -16,7 +17,14 @@ use crate::value::Value;
 impl<E: PgExecutor> Store<E> {
     /// Submits a task. With a key, the whole decision (reuse, reject, replace)
     /// happens in one transaction under the key's advisory lock.
-    pub async fn submit(&self, task: NewTask) -> Result<Task> {
+    pub async fn submit(&self, mut task: NewTask) -> Result<Task> {
+        let scope = observe::start(self.observer(), |o| o.submit(std::slice::from_mut(&mut task)));
+        let out = self.submit_one(task).await;
+        observe::end(scope, out.as_ref().map(|_| &()));
+        out
+    }
+
+    async fn submit_one(&self, task: NewTask) -> Result<Task> {
         task.validate()?;
         self.life.check()?;
         self.admit_one(&task).await?;
@@ -44,23 +52,29 @@ impl<E: PgExecutor> Store<E> {
     /// statement's arrays instead of being copied (a batch of small tasks
     /// spends most of its client time on copies).
     pub async fn submit_batch(&self, tasks: impl IntoIterator<Item = NewTask>) -> Result<Vec<String>> {
-        let batch = Batch::new(tasks)?;
-        if batch.ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.life.check()?;
-        self.admit_batch(batch.queues.iter().map(String::as_str)).await?;
-        let ids = batch.ids.clone();
-        match insert_batch(&mut self.session()?, batch).await {
-            Ok(()) => Ok(ids),
-            // Resent after its commit (see `submit`): the ids are ours and
-            // the insert is one statement, so if one row is there, all are.
-            Err(e) if e.sqlstate() == Some("23505") => {
-                self.fetch(&ids[0]).await?;
-                Ok(ids)
+        let (batch, scope) = self.observed_batch(tasks);
+        let out = async {
+            let batch = batch?;
+            if batch.ids.is_empty() {
+                return Ok(Vec::new());
             }
-            Err(e) => Err(e),
+            self.life.check()?;
+            self.admit_batch(batch.queues.iter().map(String::as_str)).await?;
+            let ids = batch.ids.clone();
+            match insert_batch(&mut self.session()?, batch).await {
+                Ok(()) => Ok(ids),
+                // Resent after its commit (see `submit`): the ids are ours and
+                // the insert is one statement, so if one row is there, all are.
+                Err(e) if e.sqlstate() == Some("23505") => {
+                    self.fetch(&ids[0]).await?;
+                    Ok(ids)
+                }
+                Err(e) => Err(e),
+            }
         }
+        .await;
+        observe::end(scope, out.as_ref().map(|_| &()));
+        out
     }
 
     /// [`Store::submit_batch`] inside the caller's transaction.
@@ -69,27 +83,56 @@ impl<E: PgExecutor> Store<E> {
         tx: &mut E::Transaction,
         tasks: impl IntoIterator<Item = NewTask>,
     ) -> Result<Vec<String>> {
-        let batch = Batch::new(tasks)?;
-        if batch.ids.is_empty() {
-            return Ok(Vec::new());
+        let (batch, scope) = self.observed_batch(tasks);
+        let out = async {
+            let batch = batch?;
+            if batch.ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            self.life.check()?;
+            self.admit_batch(batch.queues.iter().map(String::as_str)).await?;
+            let ids = batch.ids.clone();
+            insert_batch(tx, batch).await?;
+            Ok(ids)
         }
-        self.life.check()?;
-        self.admit_batch(batch.queues.iter().map(String::as_str)).await?;
-        let ids = batch.ids.clone();
-        insert_batch(tx, batch).await?;
-        Ok(ids)
+        .await;
+        observe::end(scope, out.as_ref().map(|_| &()));
+        out
     }
 
     /// Submits a task inside the caller's transaction: it exists only if the
-    /// caller commits.
-    pub async fn submit_in(&self, tx: &mut E::Transaction, task: NewTask) -> Result<Task> {
-        task.validate()?;
-        self.life.check()?;
-        self.admit_one(&task).await?;
-        if task.key.is_none() {
-            insert(tx, &task, &new_task_id()).await
-        } else {
-            submit_keyed(tx, &task).await
+    /// caller commits. (An observer counts it submitted when the insert
+    /// answers, before the caller's commit.)
+    pub async fn submit_in(&self, tx: &mut E::Transaction, mut task: NewTask) -> Result<Task> {
+        let scope = observe::start(self.observer(), |o| o.submit(std::slice::from_mut(&mut task)));
+        let out = async {
+            task.validate()?;
+            self.life.check()?;
+            self.admit_one(&task).await?;
+            if task.key.is_none() {
+                insert(tx, &task, &new_task_id()).await
+            } else {
+                submit_keyed(tx, &task).await
+            }
+        }
+        .await;
+        observe::end(scope, out.as_ref().map(|_| &()));
+        out
+    }
+
+    /// The batch's columns, shown to the observer first when there is one
+    /// (which may add to each task's metadata).
+    fn observed_batch(
+        &self,
+        tasks: impl IntoIterator<Item = NewTask>,
+    ) -> (Result<Batch>, Option<Box<dyn observe::Scope<()>>>) {
+        match self.observer() {
+            None => (Batch::new(tasks), None),
+            Some(observer) => {
+                let mut tasks: Vec<NewTask> = tasks.into_iter().collect();
+                let scope = observer.submit(&mut tasks);
+                (Batch::new(tasks), scope)
+            }
         }
     }
 }

@@ -1,0 +1,317 @@
+//! Gauges read on the exporter's schedule: queue depths (from a snapshot
+//! a background task refreshes, since a callback may not wait on the
+//! database) and the pool's statistics.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use waymark_store::{Error, PgExecutor, StatusCounts, Store, TaskStatus};
+
+use crate::metrics::{key, SYSTEM};
+use crate::Telemetry;
+
+type Snapshot = Arc<Mutex<Vec<(String, StatusCounts)>>>;
+
+/// The `waymark.queue.depth` gauge of one store, refreshed in the
+/// background until this is dropped (or the store closes). Started by
+/// [`Telemetry::observe_queues`].
+pub struct QueueDepths {
+    snapshot: Snapshot,
+    refresh: Arc<dyn Fn() -> Refresh + Send + Sync>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// One read of the depths into the snapshot.
+type Refresh = std::pin::Pin<Box<dyn std::future::Future<Output = waymark_store::Result<()>> + Send>>;
+
+impl std::fmt::Debug for QueueDepths {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueDepths").finish_non_exhaustive()
+    }
+}
+
+impl Telemetry {
+    /// Reports the store's task counts by queue and status as the
+    /// `waymark.queue.depth` gauge, read with one `stats` statement now and
+    /// every `every` after (at least a second apart). A failed read clears
+    /// the gauge until a read succeeds: no stale depths. Needs a tokio
+    /// runtime.
+    pub fn observe_queues<E: PgExecutor + Clone + 'static>(
+        &self,
+        store: Store<E>,
+        every: Duration,
+    ) -> QueueDepths {
+        let snapshot: Snapshot = Arc::default();
+        let read = {
+            let snapshot = snapshot.clone();
+            Arc::new(move || -> Refresh {
+                let (store, snapshot) = (store.clone(), snapshot.clone());
+                Box::pin(async move { refresh(&store, &snapshot).await })
+            })
+        };
+        let seen = snapshot.clone();
+        // Registered once per call; the meter keeps the callback, which
+        // reports nothing once the handle is dropped.
+        let _gauge = self
+            .inner
+            .meter
+            .i64_observable_gauge("waymark.queue.depth")
+            .with_unit("{task}")
+            .with_description("Tasks by queue and status.")
+            .with_callback(move |observer| {
+                for (queue, counts) in seen.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                    for (status, n) in by_status(counts) {
+                        let attributes = [
+                            KeyValue::new(key::SYSTEM, SYSTEM),
+                            KeyValue::new(key::DESTINATION, queue.clone()),
+                            KeyValue::new(key::STATUS, status.as_str()),
+                        ];
+                        observer.observe(n, &attributes);
+                    }
+                }
+            })
+            .build();
+        let every = every.max(Duration::from_secs(1));
+        let looped = read.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                match looped().await {
+                    Err(Error::StoreClosed) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading queue depths failed; the gauge is empty until a read succeeds")
+                    }
+                    Ok(()) => {}
+                }
+                tokio::time::sleep(every).await;
+            }
+        });
+        QueueDepths { snapshot, refresh: read, task }
+    }
+}
+
+impl QueueDepths {
+    /// Reads the depths now, rather than at the next interval.
+    pub async fn refresh(&self) -> waymark_store::Result<()> {
+        (self.refresh)().await
+    }
+}
+
+impl Drop for QueueDepths {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.snapshot.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+async fn refresh<E: PgExecutor>(store: &Store<E>, snapshot: &Snapshot) -> waymark_store::Result<()> {
+    match store.stats(None).await {
+        Ok(stats) => {
+            *snapshot.lock().unwrap_or_else(|p| p.into_inner()) = stats.into_iter().collect();
+            Ok(())
+        }
+        Err(e) => {
+            snapshot.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            Err(e)
+        }
+    }
+}
+
+fn by_status(c: &StatusCounts) -> [(TaskStatus, i64); 5] {
+    [
+        (TaskStatus::Queued, c.queued),
+        (TaskStatus::Running, c.running),
+        (TaskStatus::Succeeded, c.succeeded),
+        (TaskStatus::Failed, c.failed),
+        (TaskStatus::Canceled, c.canceled),
+    ]
+}
+
+#[cfg(feature = "pool")]
+pub use pool::PoolMetrics;
+
+#[cfg(feature = "pool")]
+mod pool {
+    use std::sync::{Arc, Mutex};
+
+    use opentelemetry::metrics::{AsyncInstrument, Meter};
+    use opentelemetry::KeyValue;
+    use waymark_pool::{BreakerState, PgPool, PoolStats};
+
+    use crate::Telemetry;
+
+    type Shared = Arc<Mutex<Option<PgPool>>>;
+
+    /// The pool's gauges and counters, reported until this is dropped
+    /// (the meter then holds no reference to the pool). Started by
+    /// [`Telemetry::observe_pool`].
+    pub struct PoolMetrics {
+        pool: Shared,
+    }
+
+    impl std::fmt::Debug for PoolMetrics {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("PoolMetrics").finish_non_exhaustive()
+        }
+    }
+
+    impl Drop for PoolMetrics {
+        fn drop(&mut self) {
+            *self.pool.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+    }
+
+    const POOL: &str = "db.client.connection.pool.name";
+
+    impl Telemetry {
+        /// Reports `pool`'s statistics under `db.client.connection.pool.name
+        /// = name`: `db.client.connection.count` (state `used`),
+        /// `db.client.connection.pending_requests`, and counters
+        /// `waymark.pool.acquires`, `waymark.pool.refusals` (by
+        /// `waymark.pool.reason`: `saturated`, `breaker_open`),
+        /// `waymark.pool.errors` (by `error.type`: `connection`, `capacity`,
+        /// `query`, `timeout`), `waymark.pool.retries`; the gauge
+        /// `waymark.pool.breaker.state` (1 for the state it is in, by
+        /// `waymark.pool.breaker.state`) and `waymark.pool.acquire.wait`
+        /// (seconds, by `waymark.quantile`: 0.5, 0.95).
+        pub fn observe_pool(&self, name: &str, pool: &PgPool) -> PoolMetrics {
+            let shared: Shared = Arc::new(Mutex::new(Some(pool.clone())));
+            register(&self.inner.meter, name, &shared);
+            PoolMetrics { pool: shared }
+        }
+    }
+
+    fn register(meter: &Meter, name: &str, shared: &Shared) {
+        let base = KeyValue::new(POOL, name.to_owned());
+        // Each instrument's callback reads the stats while the handle lives.
+        let with = |extra: &[KeyValue]| {
+            let mut a = vec![base.clone()];
+            a.extend_from_slice(extra);
+            a
+        };
+        let reader = |shared: &Shared| {
+            let shared = shared.clone();
+            move || shared.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(PgPool::stats)
+        };
+
+        let (stats, used) = (reader(shared), with(&[KeyValue::new("db.client.connection.state", "used")]));
+        let _count = meter
+            .i64_observable_up_down_counter("db.client.connection.count")
+            .with_unit("{connection}")
+            .with_description("Connections in use.")
+            .with_callback(move |o| {
+                if let Some(s) = stats() {
+                    o.observe(s.in_use as i64, &used);
+                }
+            })
+            .build();
+
+        let (stats, a) = (reader(shared), with(&[]));
+        let _pending = meter
+            .i64_observable_up_down_counter("db.client.connection.pending_requests")
+            .with_unit("{request}")
+            .with_description("Callers waiting for a connection.")
+            .with_callback(move |o| {
+                if let Some(s) = stats() {
+                    o.observe(s.waiting as i64, &a);
+                }
+            })
+            .build();
+
+        counter(meter, "waymark.pool.acquires", "{acquire}", "Calls admitted.", reader(shared), {
+            let a = with(&[]);
+            move |s: &PoolStats, o: &dyn AsyncInstrument<u64>| o.observe(s.acquires, &a)
+        });
+        counter(meter, "waymark.pool.refusals", "{call}", "Calls refused.", reader(shared), {
+            let (sat, open) = (
+                with(&[KeyValue::new("waymark.pool.reason", "saturated")]),
+                with(&[KeyValue::new("waymark.pool.reason", "breaker_open")]),
+            );
+            move |s: &PoolStats, o: &dyn AsyncInstrument<u64>| {
+                o.observe(s.saturated, &sat);
+                o.observe(s.breaker_rejections, &open);
+            }
+        });
+        counter(meter, "waymark.pool.errors", "{error}", "Failed calls, by kind.", reader(shared), {
+            let kinds = ["connection", "capacity", "query", "timeout"]
+                .map(|k| with(&[KeyValue::new(crate::metrics::key::ERROR_TYPE, k)]));
+            move |s: &PoolStats, o: &dyn AsyncInstrument<u64>| {
+                for (n, a) in
+                    [s.connection_errors, s.capacity_errors, s.query_errors, s.timeouts].iter().zip(&kinds)
+                {
+                    o.observe(*n, a);
+                }
+            }
+        });
+        counter(
+            meter,
+            "waymark.pool.retries",
+            "{call}",
+            "Calls sent again after a passing failure.",
+            reader(shared),
+            {
+                let a = with(&[]);
+                move |s: &PoolStats, o: &dyn AsyncInstrument<u64>| o.observe(s.retries, &a)
+            },
+        );
+
+        let (stats, states) = (
+            reader(shared),
+            [
+                ("closed", BreakerState::Closed),
+                ("open", BreakerState::Open),
+                ("half_open", BreakerState::HalfOpen),
+            ]
+            .map(|(label, state)| (state, with(&[KeyValue::new("waymark.pool.breaker.state", label)]))),
+        );
+        let _breaker = meter
+            .i64_observable_gauge("waymark.pool.breaker.state")
+            .with_unit("{state}")
+            .with_description("1 for the state the pool's circuit breaker is in, 0 for the others.")
+            .with_callback(move |o| {
+                if let Some(s) = stats() {
+                    for (state, a) in &states {
+                        o.observe(i64::from(s.breaker == *state), a);
+                    }
+                }
+            })
+            .build();
+
+        let (stats, p50, p95) = (
+            reader(shared),
+            with(&[KeyValue::new("waymark.quantile", 0.5)]),
+            with(&[KeyValue::new("waymark.quantile", 0.95)]),
+        );
+        let _wait = meter
+            .f64_observable_gauge("waymark.pool.acquire.wait")
+            .with_unit("s")
+            .with_description("Wait for admission and a connection, over the last 4096 acquires.")
+            .with_callback(move |o| {
+                if let Some(s) = stats() {
+                    o.observe(s.acquire_wait_p50.as_secs_f64(), &p50);
+                    o.observe(s.acquire_wait_p95.as_secs_f64(), &p95);
+                }
+            })
+            .build();
+    }
+
+    fn counter(
+        meter: &Meter,
+        name: &'static str,
+        unit: &'static str,
+        what: &'static str,
+        stats: impl Fn() -> Option<PoolStats> + Send + Sync + 'static,
+        observe: impl Fn(&PoolStats, &dyn AsyncInstrument<u64>) + Send + Sync + 'static,
+    ) {
+        let _counter = meter
+            .u64_observable_counter(name)
+            .with_unit(unit)
+            .with_description(what)
+            .with_callback(move |o| {
+                if let Some(s) = stats() {
+                    observe(&s, o);
+                }
+            })
+            .build();
+    }
+}
