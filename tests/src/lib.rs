@@ -14,6 +14,7 @@ pub mod fault_executor;
 pub mod pgbouncer;
 pub mod plans;
 pub mod private_cluster;
+pub mod prometheus;
 pub mod proxy;
 pub mod python;
 pub mod wait_kit;

@@ -3,6 +3,8 @@
 //! (submits, claims, settlements by outcome, retries, a lost lease, a
 //! give-back, queue depths, pool stats), and the spans link a submitter to
 //! the run of its task, also when a traced cairnq Python client submitted.
+//! And through a real exporter: OpenTelemetry's Prometheus exporter,
+//! scraped by a real Prometheus server, whose queries give the same counts.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -447,4 +449,81 @@ async fn a_traced_python_clients_task_runs_in_its_trace() {
     assert_eq!(run_span.span_context.trace_id().to_string(), out["trace_id"].as_str().expect("trace id"));
     assert_eq!(run_span.parent_span_id.to_string(), out["span_id"].as_str().expect("span id"));
     db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_prometheus_scrapes_the_counts_the_test_made() {
+    let schema = TestSchema::new().await;
+    let registry = prometheus::Registry::new();
+    let exporter =
+        opentelemetry_prometheus::exporter().with_registry(registry.clone()).build().expect("the exporter");
+    let meters = SdkMeterProvider::builder().with_reader(exporter).build();
+    let telemetry = Telemetry::new(&meters, &SdkTracerProvider::builder().build());
+    let target = waymark_tests::prometheus::serve_metrics(move || {
+        let mut text = String::new();
+        prometheus::TextEncoder::new()
+            .encode_utf8(&registry.gather(), &mut text)
+            .expect("encode the metrics");
+        text
+    })
+    .await;
+    let server = tokio::task::spawn_blocking(move || waymark_tests::prometheus::Prometheus::start(&target))
+        .await
+        .expect("Prometheus starts");
+
+    let pool = PgPool::builder(&schema.url).max_size(4).schema(&schema.schema).build().expect("pool");
+    let store =
+        Store::connect(pool, waymark_store::ConnectOptions::schema(&schema.schema)).await.expect("connect");
+    let store = Arc::new(store.with_observer(Arc::new(telemetry)));
+    let w = Worker::builder(store.clone())
+        .queues(["prom"])
+        .task("ok", |_ctx, p: Json| async move { Ok(p) })
+        .task("bad", |_ctx, _p: Json| async move { Err::<(), _>(TaskError::new("never").retryable(false)) })
+        .build()
+        .expect("worker");
+    let handle = w.handle();
+    let run = tokio::spawn(w.run());
+    store
+        .submit_batch((0..25).map(|n| NewTask::new("ok", json!({"n": n})).queue("prom")))
+        .await
+        .expect("submit");
+    for n in 0..4 {
+        store.submit(NewTask::new("bad", json!({"n": n})).queue("prom")).await.expect("submit");
+    }
+    eventually(Duration::from_secs(60), "29 tasks settled", || {
+        let store = store.clone();
+        async move {
+            let c = store.stats(Some("prom")).await.expect("stats")["prom"];
+            c.succeeded + c.failed == 29
+        }
+    })
+    .await;
+    handle.shutdown();
+    run.await.expect("the worker stops");
+
+    // What Prometheus scraped and stored, read through its query API.
+    let want = [
+        ("sum(messaging_client_sent_messages_total{waymark_task_name=\"ok\"})", 25.0),
+        ("sum(messaging_client_sent_messages_total{waymark_task_name=\"bad\"})", 4.0),
+        ("sum(messaging_client_consumed_messages_total{messaging_destination_name=\"prom\"})", 29.0),
+        ("sum(waymark_tasks_settled_total{waymark_task_outcome=\"succeeded\"})", 25.0),
+        ("sum(waymark_tasks_settled_total{waymark_task_outcome=\"failed\"})", 4.0),
+        ("sum(messaging_process_duration_seconds_count{error_type=\"TaskError\"})", 4.0),
+        ("sum(messaging_process_duration_seconds_count)", 29.0),
+        ("sum(waymark_task_pickup_duration_seconds_count)", 29.0),
+        ("sum(waymark_settle_batch_size_sum)", 29.0),
+    ];
+    let server = Arc::new(server);
+    eventually(Duration::from_secs(30), "Prometheus holds the test's counts", || {
+        let server = server.clone();
+        async move {
+            tokio::task::spawn_blocking(move || want.iter().all(|(q, v)| server.value(q) == Some(*v)))
+                .await
+                .expect("query")
+        }
+    })
+    .await;
+    let health = tokio::task::spawn_blocking(move || server.target_health()).await.expect("targets");
+    assert_eq!(health.as_deref(), Some("up"), "Prometheus scraped the exporter");
+    schema.drop().await;
 }

@@ -5,7 +5,8 @@
 //! PgBouncers in front of them, a TLS CA made with `openssl`, and a venv with
 //! the cairnq SDK; as root it runs the server binaries and PgBouncer as the
 //! `postgres` user, through `runuser`; the CLI's `watch` runs under `tmux`, the dashboard in headless Chromium
-//! through ChromeDriver. [`ensure`] looks for each the way the
+//! through ChromeDriver, and a real Prometheus scrapes the metrics of the
+//! telemetry test. [`ensure`] looks for each the way the
 //! harness will. As root with `apt-get` it installs what is missing; otherwise
 //! it fails with one message naming everything missing and the command that
 //! installs it, before any test is built. `WAYMARK_PREREQS_NO_INSTALL=1` makes
@@ -86,6 +87,13 @@ const NEEDS: &[Need] = &[
         find: || {
             found_on_path("chromium").and_then(|c| found_on_path("chromedriver").map(|d| format!("{c}, {d}")))
         },
+        root_only: false,
+    },
+    Need {
+        what: "Prometheus (scrapes the metrics exporter in the telemetry test)",
+        packages: &["prometheus"],
+        var: Some("WAYMARK_PROMETHEUS"),
+        find: find_prometheus,
         root_only: false,
     },
     Need {
@@ -224,6 +232,10 @@ fn find_postgres_user() -> Result<String, String> {
 }
 
 /// Where the PgBouncer tests will look (tests/src/pgbouncer.rs).
+fn find_prometheus() -> Result<String, String> {
+    waymark_tests::prometheus::find_binary().map(|p| format!("at {}", p.display()))
+}
+
 fn find_pgbouncer() -> Result<String, String> {
     waymark_tests::pgbouncer::find_binary().map(|p| format!("at {}", p.display()))
 }

@@ -18,6 +18,7 @@ mod explain;
 mod measure;
 mod python;
 mod scenarios;
+mod telemetry;
 
 use scenarios::{drain, enqueue_batch, enqueue_single, latency, mixed, sweep};
 
@@ -41,7 +42,8 @@ const ROUNDS_DRAIN: usize = 6;
 const ROUNDS_LATENCY: usize = 2;
 const ROUNDS_MIXED: usize = 2;
 const ROUNDS_SWEEP: usize = 4;
-const SCENARIOS: [&str; 5] = ["enqueue", "drain", "latency", "mixed", "sweep"];
+const ROUNDS_OTEL: usize = 6;
+const SCENARIOS: [&str; 6] = ["enqueue", "drain", "latency", "mixed", "sweep", "otel"];
 
 /// Worker settings the drain tries: (concurrency, settle batch).
 const DRAIN_SETTINGS: [(usize, usize); 5] = [(128, 64), (512, 256), (1024, 512), (2048, 1024), (4096, 1024)];
@@ -106,6 +108,11 @@ impl Row {
         (!samples.is_empty()).then(|| percentiles(&samples))
     }
 
+    /// This process's CPU per task, in microseconds (median of the rounds).
+    fn cpu_per_task_us(&self) -> f64 {
+        median(self.rounds.iter().map(|r| r.cpu / r.tasks_per_s * 1e6))
+    }
+
     fn cpu(&self) -> (f64, f64) {
         (median(self.rounds.iter().map(|r| r.cpu)), median(self.rounds.iter().map(|r| r.other_cpu)))
     }
@@ -157,6 +164,9 @@ async fn all(which: &[&str], rounds: Option<usize>) -> Result<(), String> {
     }
     if which.contains(&"sweep") {
         rows.extend(sweep(&server, n(ROUNDS_SWEEP)).await?);
+    }
+    if which.contains(&"otel") {
+        rows.extend(telemetry::telemetry_cost(&server, n(ROUNDS_OTEL)).await?);
     }
     report(&rows);
     Ok(())

@@ -145,7 +145,22 @@ pub(super) fn worker(
 
 /// One waymark drain of a fresh backlog of [`TASKS`].
 pub(super) async fn waymark_drain(server: &str, concurrency: usize, settle: usize) -> Result<Round, String> {
+    observed_drain(server, concurrency, settle, None).await
+}
+
+/// [`waymark_drain`] on a store with `observer` installed (before the
+/// backlog is submitted, so the tasks carry what it adds).
+pub(super) async fn observed_drain(
+    server: &str,
+    concurrency: usize,
+    settle: usize,
+    observer: Option<Arc<dyn waymark_store::Observer>>,
+) -> Result<Round, String> {
     let (_url, store) = fresh(server, "waymark_bench_drain").await?;
+    let store = match observer {
+        Some(o) => Arc::new((*store).clone().with_observer(o)),
+        None => store,
+    };
     backlog(&store, "bench", TASKS).await?;
     let w = worker(&store, "bench", concurrency, settle, Arc::new(|_| {}))?;
     let handle = w.handle();
