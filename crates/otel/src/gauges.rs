@@ -11,11 +11,14 @@ use waymark_store::{Error, PgExecutor, StatusCounts, Store, TaskStatus};
 use crate::metrics::{key, SYSTEM};
 use crate::Telemetry;
 
-type Snapshot = Arc<Mutex<Vec<(String, StatusCounts)>>>;
+/// The last depths read; `None` once the handle is dropped, so a read
+/// finishing after that writes nothing.
+type Snapshot = Arc<Mutex<Option<Vec<(String, StatusCounts)>>>>;
 
 /// The `waymark.queue.depth` gauge of one store, refreshed in the
 /// background until this is dropped (or the store closes). Started by
 /// [`Telemetry::observe_queues`].
+#[must_use = "the depths are reported only while the handle lives"]
 pub struct QueueDepths {
     snapshot: Snapshot,
     refresh: Arc<dyn Fn() -> Refresh + Send + Sync>,
@@ -42,7 +45,7 @@ impl Telemetry {
         store: Store<E>,
         every: Duration,
     ) -> QueueDepths {
-        let snapshot: Snapshot = Arc::default();
+        let snapshot: Snapshot = Arc::new(Mutex::new(Some(Vec::new())));
         let read = {
             let snapshot = snapshot.clone();
             Arc::new(move || -> Refresh {
@@ -60,7 +63,7 @@ impl Telemetry {
             .with_unit("{task}")
             .with_description("Tasks by queue and status.")
             .with_callback(move |observer| {
-                for (queue, counts) in seen.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                for (queue, counts) in seen.lock().unwrap_or_else(|p| p.into_inner()).iter().flatten() {
                     for (status, n) in by_status(counts) {
                         let attributes = [
                             KeyValue::new(key::SYSTEM, SYSTEM),
@@ -100,18 +103,22 @@ impl QueueDepths {
 impl Drop for QueueDepths {
     fn drop(&mut self) {
         self.task.abort();
-        self.snapshot.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        *self.snapshot.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 
 async fn refresh<E: PgExecutor>(store: &Store<E>, snapshot: &Snapshot) -> waymark_store::Result<()> {
-    match store.stats(None).await {
+    let read = store.stats(None).await;
+    let mut held = snapshot.lock().unwrap_or_else(|p| p.into_inner());
+    // Dropped meanwhile: the gauge stays empty.
+    let Some(depths) = held.as_mut() else { return read.map(|_| ()) };
+    match read {
         Ok(stats) => {
-            *snapshot.lock().unwrap_or_else(|p| p.into_inner()) = stats.into_iter().collect();
+            *depths = stats.into_iter().collect();
             Ok(())
         }
         Err(e) => {
-            snapshot.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            depths.clear();
             Err(e)
         }
     }
@@ -145,6 +152,7 @@ mod pool {
     /// The pool's gauges and counters, reported until this is dropped
     /// (the meter then holds no reference to the pool). Started by
     /// [`Telemetry::observe_pool`].
+    #[must_use = "the pool is reported only while the handle lives"]
     pub struct PoolMetrics {
         pool: Shared,
     }

@@ -34,9 +34,13 @@
 //! batched one stands alone with its size.
 //!
 //! **Metrics.** Names follow OpenTelemetry's messaging conventions where one
-//! applies; every measurement has `messaging.system = "waymark"`, and the
-//! queue as `messaging.destination.name`, the handler name as
-//! `waymark.task.name`:
+//! applies; every measurement of a task or an operation has
+//! `messaging.system = "waymark"`, and the queue as
+//! `messaging.destination.name`, the handler name as `waymark.task.name`
+//! (the pool's carry `db.client.connection.pool.name` instead). Two stores
+//! on different schemas with the same queue names report the same
+//! attributes: give each its own meter provider (with a resource attribute
+//! naming the installation) to tell them apart.
 //!
 //! | instrument | kind | what |
 //! | --- | --- | --- |

@@ -203,6 +203,7 @@ impl Scope<[Task]> for ClaimScope {
                 // Both times are the database's: no clock skew between hosts.
                 let late_ms = (task.updated_at_ms - task.run_at_ms).max(0);
                 let labels = [
+                    KeyValue::new(key::SYSTEM, SYSTEM),
                     KeyValue::new(key::DESTINATION, task.queue.clone()),
                     KeyValue::new(key::TASK_NAME, task.name.clone()),
                 ];
@@ -250,7 +251,11 @@ impl Scope<()> for SettleScope {
         let attributes = operation("settle", "settle");
         m.operation
             .record(self.started.elapsed().as_secs_f64(), &with_error(attributes.clone(), outcome.err()));
-        m.settle_batch.record(self.count as u64, &attributes);
+        // A failed batch is settled again one by one, each write recorded:
+        // the sizes add up to the settlements written.
+        if outcome.is_ok() {
+            m.settle_batch.record(self.count as u64, &attributes);
+        }
         let mut span_attributes = attributes;
         span_attributes.push(KeyValue::new(key::BATCH_COUNT, self.count as i64));
         // A settlement made inside a run (one statement per settlement) is

@@ -71,12 +71,15 @@ pub trait RunScope: Send + Sync {
 
     /// The handler answered after `took`: with an error (`Some`, the
     /// error's type as the envelope names it: `HandlerTimeout`, `Panic`,
-    /// a handler's own) or not (`None`).
+    /// a handler's own) or not (`None`). May come after [`RunScope::end`]
+    /// when the run ended first (the handler settled the task itself, or
+    /// its lease was lost); not at all for a run stopped at shutdown that
+    /// did not answer in time.
     fn returned(&self, took: Duration, error: Option<&str>) {
         let _ = (took, error);
     }
 
-    /// The run is over, and how; called once, last.
+    /// The run is over, and how; called once.
     fn end(&self, end: RunEnd);
 }
 

@@ -99,7 +99,11 @@ impl Running {
     pub(crate) fn enter<T>(&self, run: impl FnOnce() -> T) -> T {
         let Some(scope) = &self.scope.0 else { return run() };
         let (mut run, mut out) = (Some(run), None);
-        scope.enter(&mut || out = run.take().map(|run| run()));
+        scope.enter(&mut || {
+            if let Some(run) = run.take() {
+                out = Some(run());
+            }
+        });
         // An observer that did not call `poll` is not obeyed: the run goes on.
         match (out, run) {
             (Some(out), _) => out,
@@ -113,6 +117,33 @@ impl Running {
         if let Some(scope) = &self.scope.0 {
             scope.returned(took, error().as_deref());
         }
+    }
+
+    /// Tells the observer how a run ended whose settlement answered "lost
+    /// lease": a resend of a write that had committed answers so too (the
+    /// executor's, the batcher's fallback), so the row decides. Our attempt,
+    /// ended: settled; a later attempt or another worker's run: lost; else
+    /// (a queued row: our retry, or a recovered lease) unknown. One read,
+    /// and only when the run is observed.
+    pub(crate) async fn observe_lost_answer<E: PgExecutor>(&self, store: &Store<E>) {
+        if self.scope.0.is_none() || self.observed.load(Ordering::SeqCst) {
+            return;
+        }
+        let end = match store.fetch(self.id()).await {
+            Ok(row) => {
+                let ours =
+                    row.attempt == self.attempt() && row.worker_id.as_deref() == Some(self.lease.worker_id());
+                if ours && row.status.is_terminal() {
+                    RunEnd::Settled(row.status)
+                } else if row.attempt > self.attempt() || (row.status == TaskStatus::Running && !ours) {
+                    RunEnd::LeaseLost
+                } else {
+                    RunEnd::Unknown
+                }
+            }
+            Err(_) => RunEnd::Unknown,
+        };
+        self.observe_end(end);
     }
 
     /// Tells the observer how the run ended, the first time only.
@@ -165,7 +196,10 @@ impl Running {
         // A run already settled loses nothing (a re-claim of a retry due
         // at once finds it winding down).
         if !self.lost.swap(true, Ordering::SeqCst) && !self.is_settled() {
-            self.observe_end(RunEnd::LeaseLost);
+            // With the handler's own settlement unanswered, the row may be
+            // settled by it rather than taken.
+            let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner()).is_some();
+            self.observe_end(if pending { RunEnd::Unknown } else { RunEnd::LeaseLost });
             self.events
                 .emit(|| WorkerEvent::LeaseLost { task_id: self.id().to_owned(), attempt: self.attempt() });
         }
@@ -477,6 +511,7 @@ impl<E: PgExecutor> TaskContext<E> {
                 hand_back.0 = None;
                 self.running.take_pending();
                 self.running.mark_lost();
+                self.running.observe_lost_answer(&self.store).await;
                 Err(e)
             }
             // `hand_back` gives the settlement, still pending, to the worker.

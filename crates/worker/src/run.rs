@@ -67,6 +67,7 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
             attempt: task.attempt,
         });
     }
+    let is_batch = batch.is_some();
     let shared = shared.clone();
     let settler = settler.clone();
     let tasks: Vec<Arc<Task>> = tasks.into_iter().map(Arc::new).collect();
@@ -89,7 +90,7 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
             // A call of one task polls inside its run's observed context (a
             // batch's call belongs to no one run).
             let polled = match &running[..] {
-                [one] => one.enter(|| body.as_mut().poll(cx)),
+                [one] if !is_batch => one.enter(|| body.as_mut().poll(cx)),
                 _ => body.as_mut().poll(cx),
             };
             running.iter().for_each(|r| r.set_in_poll(false));
@@ -323,8 +324,20 @@ pub(crate) async fn settle<E: PgExecutor + 'static>(
             // function's state, so its size is paid per task.
             Box::pin(settle_again(shared, settler, running, settlement, e)).await;
         }
+        Err(e) if e.is_lost_lease() => Box::pin(lost_answer(shared, running, &settlement)).await,
         other => settled(shared, running, &settlement, other),
     }
+}
+
+/// A settlement answered "lost lease": the row tells the observer what
+/// became of the run (out of line, as `settle_again`).
+async fn lost_answer<E: PgExecutor + 'static>(
+    shared: &Shared<E>,
+    running: &Running,
+    settlement: &Settlement,
+) {
+    tracing::debug!(task = %settlement.task_id(), "lease lost before settlement");
+    running.observe_lost_answer(&shared.store).await;
 }
 
 /// What a run's end settles, or `None` when it settles nothing (a lost
@@ -415,7 +428,7 @@ pub(crate) fn settled<E>(
             running.report_settled(s.status);
         }
         Err(e) if e.is_lost_lease() => {
-            running.observe_end(waymark_store::RunEnd::LeaseLost);
+            // The caller reads the row for the observer (`lost_answer`).
             tracing::debug!(task = %settlement.task_id(), "lease lost before settlement");
         }
         Err(e) => shared.report(format!("settle {}", settlement.task_id()), e),
@@ -439,7 +452,10 @@ pub(crate) async fn settle_again<E: PgExecutor + 'static>(
         tracing::debug!(task = %settlement.task_id(), "lease lost while a settlement was retried");
         return;
     }
-    settled(shared, running, &settlement, out);
+    match out {
+        Err(e) if e.is_lost_lease() => lost_answer(shared, running, &settlement).await,
+        other => settled(shared, running, &settlement, other),
+    }
 }
 
 /// Tries a write again after a passing failure, waiting 20 ms doubling to

@@ -1,5 +1,6 @@
 //! The cost of waymark-otel at full drain: the same drain without an
-//! observer, with metrics only, and with metrics and every span sampled,
+//! observer, with metrics only (no tracer provider), and with metrics and
+//! every span sampled,
 //! on the OpenTelemetry SDK with exporters that drop what they are given
 //! (the instrumentation's cost, not an exporter's). Reported as each
 //! variant's throughput over the plain drain's, and CPU per task.
@@ -46,15 +47,20 @@ impl SpanExporter for Drop {
     }
 }
 
-/// Telemetry on a fresh SDK set-up: metrics read every 10 s, spans
-/// batched, all sampled or none.
-fn telemetry(sample: bool) -> (Telemetry, SdkMeterProvider, SdkTracerProvider) {
+/// Telemetry on a fresh SDK set-up: metrics read every 10 s; with `spans`,
+/// every span sampled and batched, else the API's no-op tracer (what a
+/// program that installs no tracer provider gets).
+fn telemetry(spans: bool) -> (Telemetry, SdkMeterProvider, Option<SdkTracerProvider>) {
     let meters = SdkMeterProvider::builder()
         .with_reader(PeriodicReader::builder(Drop).with_interval(Duration::from_secs(10)).build())
         .build();
-    let sampler = if sample { Sampler::AlwaysOn } else { Sampler::AlwaysOff };
-    let tracers = SdkTracerProvider::builder().with_sampler(sampler).with_batch_exporter(Drop).build();
-    (Telemetry::new(&meters, &tracers), meters, tracers)
+    if !spans {
+        let noop = opentelemetry::trace::noop::NoopTracerProvider::new();
+        return (Telemetry::new(&meters, &noop), meters, None);
+    }
+    let tracers =
+        SdkTracerProvider::builder().with_sampler(Sampler::AlwaysOn).with_batch_exporter(Drop).build();
+    (Telemetry::new(&meters, &tracers), meters, Some(tracers))
 }
 
 pub(super) async fn telemetry_cost(server: &str, n: usize) -> Result<Vec<Row>, String> {
@@ -65,13 +71,16 @@ pub(super) async fn telemetry_cost(server: &str, n: usize) -> Result<Vec<Row>, S
         Row::new("waymark", "otel-drain", detail("waymark-otel, metrics + spans")),
     ];
     let plain: RoundFn<'_> = Box::new(|| Box::pin(observed_drain(server, CONCURRENCY, SETTLE, None)));
-    let observed = |sample: bool| -> RoundFn<'_> {
+    let observed = |spans: bool| -> RoundFn<'_> {
         Box::new(move || {
             Box::pin(async move {
-                let (t, meters, tracers) = telemetry(sample);
+                let (t, meters, tracers) = telemetry(spans);
                 let round = observed_drain(server, CONCURRENCY, SETTLE, Some(Arc::new(t))).await;
                 // Off the clock: the SDK's own threads end with the round.
-                let _ = (meters.shutdown(), tracers.shutdown());
+                let _ = meters.shutdown();
+                if let Some(tracers) = tracers {
+                    let _ = tracers.shutdown();
+                }
                 round
             })
         })

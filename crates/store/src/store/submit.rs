@@ -130,6 +130,11 @@ impl<E: PgExecutor> Store<E> {
             None => (Batch::new(tasks), None),
             Some(observer) => {
                 let mut tasks: Vec<NewTask> = tasks.into_iter().collect();
+                // An empty batch does nothing, and one over the bound is
+                // refused before anything: neither is a submit to observe.
+                if tasks.is_empty() || tasks.len() > MAX_BATCH {
+                    return (Batch::new(tasks), None);
+                }
                 let scope = observer.submit(&mut tasks);
                 (Batch::new(tasks), scope)
             }
