@@ -1,7 +1,8 @@
--- params: id text, worker_id text, attempt int4
--- waymark addition. Owned write. Gives a running task back at shutdown
--- without spending its attempt: queued again and due now, the claim's
--- attempt increment undone, worker, lease, progress and message cleared.
+-- params: delay_ms int8, id text, worker_id text, attempt int4
+-- waymark addition. Owned write. Gives a running task back without
+-- spending its attempt: queued again and due after delay_ms (0 at shutdown,
+-- the handler's wait for a snooze), the claim's attempt increment undone,
+-- worker, lease, progress and message cleared; error left as it was.
 -- A requested cancel wins, as in every settlement: canceled, worker kept.
 -- The status change to queued fires cairnq_queued (migration 0003), so
 -- another worker can take it at once.
@@ -17,7 +18,9 @@ update cairnq_tasks as t
        attempt = case
            when t.cancel_requested_at_ms is not null then t.attempt else greatest(t.attempt - 1, 0)
        end,
-       run_at_ms = case when t.cancel_requested_at_ms is not null then t.run_at_ms else clock.now_ms end,
+       run_at_ms = case
+           when t.cancel_requested_at_ms is not null then t.run_at_ms else clock.now_ms + :delay_ms
+       end,
        worker_id = case when t.cancel_requested_at_ms is not null then t.worker_id else null end,
        progress = case when t.cancel_requested_at_ms is not null then t.progress else null end,
        message = case when t.cancel_requested_at_ms is not null then t.message else null end,

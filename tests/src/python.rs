@@ -181,3 +181,12 @@ fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<V
         buf
     })
 }
+
+/// Runs `tests/python/interop.py` against the database at `url` and parses
+/// the JSON it prints; panics, with what it printed, when it fails.
+pub fn interop(url: &str, args: Vec<String>) -> serde_json::Value {
+    let script = scripts_dir().join("interop.py");
+    let out = run_script(&script, &args, &[("CAIRNQ_DSN", url)], Duration::from_secs(120));
+    serde_json::from_str(out.trim())
+        .unwrap_or_else(|e| panic!("interop.py {args:?} printed something that is not JSON ({e}):\n{out}"))
+}

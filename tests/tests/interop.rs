@@ -33,10 +33,7 @@ const RUST_WORKER: &str = "wm-rust-worker-1";
 
 /// Runs `interop.py` against `url` and parses the JSON it prints.
 fn py(url: &str, args: Vec<String>) -> Json {
-    let script = python::scripts_dir().join("interop.py");
-    let out = python::run_script(&script, &args, &[("CAIRNQ_DSN", url)], Duration::from_secs(120));
-    serde_json::from_str(out.trim())
-        .unwrap_or_else(|e| panic!("interop.py {args:?} printed something that is not JSON ({e}):\n{out}"))
+    python::interop(url, args)
 }
 
 /// [`py`] on a blocking thread, so the test can carry on meanwhile.

@@ -49,7 +49,7 @@
 //! | `messaging.client.operation.duration` | histogram, s | each submit, claim and settlement write, by `messaging.operation.name` |
 //! | `messaging.process.duration` | histogram, s | handler time per task (`error.type` when it failed) |
 //! | `waymark.task.pickup.duration` | histogram, s | due time to claim, by the database's clock |
-//! | `waymark.tasks.settled` | counter | runs settled, by `waymark.task.outcome`: `succeeded`, `failed`, `canceled`, `retried` |
+//! | `waymark.tasks.settled` | counter | runs settled, by `waymark.task.outcome`: `succeeded`, `failed`, `canceled`, `retried`, `snoozed` |
 //! | `waymark.leases.lost` | counter | leases a worker lost before settling |
 //! | `waymark.tasks.given_back` | counter | tasks given back at shutdown, by `waymark.task.status` |
 //! | `waymark.runs.unconfirmed` | counter | runs whose settlement no answer confirmed (the lease decides) |

@@ -314,6 +314,8 @@ impl RunScope for Run {
                     TaskStatus::Succeeded => "succeeded",
                     TaskStatus::Failed => "failed",
                     TaskStatus::Canceled => "canceled",
+                    // A handler's "not yet" (waymark-worker's `TaskError::snooze`).
+                    TaskStatus::Queued if error.as_deref() == Some("Snooze") => "snoozed",
                     TaskStatus::Queued => "retried",
                     TaskStatus::Running => "running",
                 };
@@ -339,7 +341,7 @@ impl RunScope for Run {
         };
         span.set_attribute(KeyValue::new(key::OUTCOME, outcome));
         match (outcome, error) {
-            ("succeeded" | "canceled" | "given_back", _) => {}
+            ("succeeded" | "canceled" | "given_back" | "snoozed", _) => {}
             (_, Some(kind)) => {
                 span.set_attribute(KeyValue::new(key::ERROR_TYPE, kind.clone()));
                 span.set_status(Status::error(kind));

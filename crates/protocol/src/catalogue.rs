@@ -160,6 +160,7 @@ catalogue! {
     ClaimOneQueue => "claim_one_queue",
     ClaimOneName => "claim_one_name",
     ClaimOneQueueOneName => "claim_one_queue_one_name",
+    ClaimLimited => "claim_limited",
     Heartbeat => "heartbeat",
     HeartbeatBatch => "heartbeat_batch",
     Progress => "progress",

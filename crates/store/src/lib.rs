@@ -30,6 +30,7 @@ mod closing;
 mod definition;
 mod error;
 mod executor;
+mod fleet;
 mod id;
 mod lease;
 mod migrate;
@@ -51,6 +52,7 @@ pub use executor::{
     ExecError, ExecErrorKind, Lane, ListenEvent, Notification, NotificationStream, PgExecutor, PgSession,
     PgTransaction, Sql,
 };
+pub use fleet::{FleetLimit, GroupKey};
 pub use id::{new_task_id, task_id_from_parts};
 pub use lease::Lease;
 pub use migrate::{MigrationReport, MigrationState};
@@ -60,7 +62,7 @@ pub use retention::{Retention, RetentionRule, SweepHook, Sweeper};
 pub use signals::Signal;
 pub use store::{
     ConnectOptions, Settlement, Store, DEFAULT_LOCK_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT,
-    DEFAULT_MIGRATION_STATEMENT_TIMEOUT,
+    DEFAULT_MIGRATION_STATEMENT_TIMEOUT, MAX_SNOOZE,
 };
 pub use task::{codes, Beat, ErrorEnvelope, Settled, StatusCounts, Task, TaskState, TaskStatus, Unreadable};
 pub use value::{Row, Value};

@@ -217,6 +217,10 @@ pub struct ClaimRequest {
     /// or a task was just queued) and recovers leases on its own schedule.
     /// Defaults to true.
     pub probe: bool,
+    /// A fleet-wide limit the claim keeps to (see [`FleetLimit`]): it
+    /// claims only tasks the limit covers, and only into its free slots.
+    /// Defaults to `None`.
+    pub fleet_limit: Option<crate::FleetLimit>,
 }
 
 impl ClaimRequest {
@@ -229,6 +233,7 @@ impl ClaimRequest {
             lease: Duration::from_secs(30),
             limit: 1,
             probe: true,
+            fleet_limit: None,
         }
     }
 
@@ -253,6 +258,12 @@ impl ClaimRequest {
     /// Turns the probe (and the lease recovery it may start) on or off.
     pub fn probe(mut self, probe: bool) -> Self {
         self.probe = probe;
+        self
+    }
+
+    /// Claims under a fleet-wide limit.
+    pub fn fleet_limit(mut self, limit: crate::FleetLimit) -> Self {
+        self.fleet_limit = Some(limit);
         self
     }
 }

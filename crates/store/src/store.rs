@@ -26,7 +26,7 @@ mod reads;
 mod settle;
 mod submit;
 
-pub use settle::Settlement;
+pub use settle::{Settlement, MAX_SNOOZE};
 
 /// How [`Store::connect`] prepares the database.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

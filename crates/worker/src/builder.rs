@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use waymark_store::{ClaimRequest, Error, PgExecutor, RetryBackoff, Store, TaskDef};
+use waymark_store::{ClaimRequest, Error, FleetLimit, PgExecutor, RetryBackoff, Store, TaskDef};
 
 use crate::context::TaskContext;
 use crate::error::TaskError;
@@ -39,6 +39,7 @@ pub struct WorkerBuilder<E> {
     worker_id: Option<String>,
     on_error: ErrorHook,
     resources: HashMap<String, usize>,
+    fleet_limits: Vec<FleetLimit>,
     handlers: HashMap<String, Registration<E>>,
 }
 
@@ -71,6 +72,7 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
                 |e: &WorkerError| tracing::warn!(during = %e.during, error = %e.error, "waymark worker"),
             ),
             resources: HashMap::new(),
+            fleet_limits: Vec::new(),
             handlers: HashMap::new(),
         }
     }
@@ -78,6 +80,17 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
     /// Queues to claim from. Defaults to `["default"]`.
     pub fn queues<Q: Into<String>>(mut self, queues: impl IntoIterator<Item = Q>) -> Self {
         self.queues = queues.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Keeps to a limit on running tasks across the whole fleet (see
+    /// [`FleetLimit`]): this worker claims the tasks the limit covers only
+    /// into its free slots. Every worker that runs those tasks must be
+    /// given the same limit; workers without it (and cairnq SDK workers)
+    /// claim past it, though their running tasks count against it. A task
+    /// may fall under one fleet limit at most. Defaults to none.
+    pub fn fleet_limit(mut self, limit: FleetLimit) -> Self {
+        self.fleet_limits.push(limit);
         self
     }
 
@@ -321,7 +334,10 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
         };
         let request = ClaimRequest::new(settings.worker_id.to_string(), settings.queues.iter().cloned())
             .lease(settings.lease);
-        let planner = plan(&self.handlers, &self.resources, request);
+        for limit in &self.fleet_limits {
+            limit.check()?;
+        }
+        let planner = plan(&self.handlers, &self.resources, &self.fleet_limits, &settings.queues, request)?;
         Ok(Worker {
             shared: Arc::new(Shared {
                 store: self.store,
@@ -397,12 +413,16 @@ impl<P, R> TaskName<P, R> for &TaskDef<P, R> {
 
 /// The claim plan of these registrations: one shared draw for the names
 /// without limits or batches, one draw for each of the others, each with
-/// the capacities it spends.
+/// the capacities it spends; each draw split by the fleet limit its tasks
+/// fall under (a draw of the queues and names under one limit, and one of
+/// those under none).
 fn plan<E>(
     handlers: &HashMap<String, Registration<E>>,
     resources: &HashMap<String, usize>,
+    fleet: &[FleetLimit],
+    queues: &[String],
     base: ClaimRequest,
-) -> Planner {
+) -> Result<Planner, Error> {
     let (caps, index) = Capacities::new(resources);
     let mut names: Vec<&String> = handlers.keys().collect();
     names.sort();
@@ -423,11 +443,66 @@ fn plan<E>(
         if limits.is_empty() && batch == 1 {
             shared.push(name.clone());
         } else {
-            sources.push(Source { names: vec![name.clone()], batch, limits: limits.into() });
+            sources.push(Source::new(vec![name.clone()], batch, limits.into()));
         }
     }
     if !shared.is_empty() {
-        sources.insert(0, Source { names: shared, batch: 1, limits: Arc::from(Vec::new()) });
+        sources.insert(0, Source::new(shared, 1, Arc::from(Vec::new())));
     }
-    Planner::new(sources, Arc::new(caps), base)
+    let mut split = Vec::with_capacity(sources.len());
+    let mut used = vec![false; fleet.len()];
+    for source in sources {
+        split.extend(split_by_fleet_limits(source, fleet, queues, &mut used)?);
+    }
+    if let Some(unused) = used.iter().position(|u| !u) {
+        return Err(Error::InvalidArgument(format!(
+            "fleet limit {} covers none of this worker's queues and handlers",
+            fleet[unused]
+        )));
+    }
+    Ok(Planner::new(split, Arc::new(caps), base))
+}
+
+/// Splits one draw so that each part claims the tasks of one fleet limit,
+/// or of none: per queue, its names by the limit that covers them; parts
+/// with the same limit and names share one draw over their queues.
+fn split_by_fleet_limits(
+    source: Source,
+    fleet: &[FleetLimit],
+    queues: &[String],
+    used: &mut [bool],
+) -> Result<Vec<Source>, Error> {
+    if fleet.is_empty() {
+        return Ok(vec![source]);
+    }
+    let mut parts: std::collections::BTreeMap<(Option<usize>, Vec<String>), Vec<String>> = Default::default();
+    for queue in queues {
+        let mut by_limit: std::collections::BTreeMap<Option<usize>, Vec<String>> = Default::default();
+        for name in &source.names {
+            let mut covering =
+                fleet.iter().enumerate().filter(|(_, l)| l.covers(queue, name)).map(|(i, _)| i);
+            let first = covering.next();
+            if let (Some(a), Some(b)) = (first, covering.next()) {
+                return Err(Error::InvalidArgument(format!(
+                    "tasks named {name:?} in queue {queue:?} fall under two fleet limits ({} and {}); give each task one",
+                    fleet[a], fleet[b]
+                )));
+            }
+            if let Some(i) = first {
+                used[i] = true;
+            }
+            by_limit.entry(first).or_default().push(name.clone());
+        }
+        for (limit, names) in by_limit {
+            parts.entry((limit, names)).or_default().push(queue.clone());
+        }
+    }
+    Ok(parts
+        .into_iter()
+        .map(|((limit, names), part_queues)| Source {
+            queues: (part_queues != queues).then_some(part_queues),
+            fleet: limit.map(|i| fleet[i].clone()),
+            ..Source::new(names, source.batch, source.limits.clone())
+        })
+        .collect())
 }

@@ -481,6 +481,13 @@ impl<E: PgExecutor> TaskContext<E> {
         self.settle_now(Settlement::Fail { lease: self.lease().clone(), failure }).await
     }
 
+    /// Snoozes the task now, as the worker would on
+    /// `Err(TaskError::snooze(delay))`: queued again, due after `delay`,
+    /// its attempt unspent. See [`TaskContext::complete`].
+    pub async fn snooze(&self, delay: Duration) -> Result<Option<Task>> {
+        self.settle_now(Settlement::Snooze { lease: self.lease().clone(), delay }).await
+    }
+
     /// The handler's own settlement. Until its write answers, the worker
     /// holds it as the task's intended end: if the write fails without an
     /// answer, or this future is dropped mid-write (a time limit, a
@@ -496,10 +503,7 @@ impl<E: PgExecutor> TaskContext<E> {
         }
         self.running.set_pending(settlement.clone());
         let mut hand_back = HandBack(Some(&self.running));
-        let out = match &settlement {
-            Settlement::Complete { lease, result } => self.store.complete(lease, result.clone()).await,
-            Settlement::Fail { lease, failure } => self.store.fail(lease, failure).await,
-        };
+        let out = self.store.settle(&settlement).await;
         match out {
             Ok(task) => {
                 hand_back.0 = None;

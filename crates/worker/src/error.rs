@@ -2,6 +2,7 @@
 //! protocol v1 that the worker writes for every way a run can end badly.
 
 use std::fmt;
+use std::time::Duration;
 
 use serde_json::{json, Value as Json};
 use waymark_store::codes;
@@ -9,25 +10,47 @@ use waymark_store::codes;
 /// A handler's failure. Retryable unless made with [`TaskError::permanent`]
 /// or marked so; stored as the task's error envelope with code
 /// `task_error` unless given another.
+///
+/// [`TaskError::snooze`] is not a failure but a "not yet": the task goes
+/// back to its queue, due after the delay, with its attempt unspent and its
+/// error left as it was.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskError {
-    kind: String,
-    code: String,
+    // Boxed strings: the error is returned by value from every handler,
+    // and these two are set once.
+    kind: Box<str>,
+    code: Box<str>,
     message: String,
     retryable: bool,
     details: Json,
+    snooze: Option<Duration>,
 }
 
 impl TaskError {
     /// A retryable failure.
     pub fn new(message: impl Into<String>) -> Self {
         TaskError {
-            kind: "TaskError".to_owned(),
-            code: codes::TASK_ERROR.to_owned(),
+            kind: "TaskError".into(),
+            code: codes::TASK_ERROR.into(),
             message: message.into(),
             retryable: true,
             details: json!({}),
+            snooze: None,
         }
+    }
+
+    /// "Not yet, try in `delay`": the task is queued again, due after
+    /// `delay`, without spending an attempt and without touching its error
+    /// (a rate-limited API, a resource not ready). A cancel request still
+    /// wins. At most [`waymark_store::MAX_SNOOZE`]; a longer snooze fails
+    /// the settlement with a bad-argument error and the lease decides.
+    pub fn snooze(delay: Duration) -> Self {
+        TaskError { snooze: Some(delay), ..TaskError::new(format!("snoozed for {delay:?}")).kind("Snooze") }
+    }
+
+    /// The delay of a [`TaskError::snooze`], `None` for a failure.
+    pub fn snoozed(&self) -> Option<Duration> {
+        self.snooze
     }
 
     /// A failure no retry can fix: the task fails for good.
@@ -43,14 +66,14 @@ impl TaskError {
 
     /// Sets the envelope's `code` (defaults to `task_error`).
     pub fn code(mut self, code: impl Into<String>) -> Self {
-        self.code = code.into();
+        self.code = code.into().into_boxed_str();
         self
     }
 
     /// Sets the envelope's `type`, the error's class name (defaults to
     /// `TaskError`).
     pub fn kind(mut self, kind: impl Into<String>) -> Self {
-        self.kind = kind.into();
+        self.kind = kind.into().into_boxed_str();
         self
     }
 

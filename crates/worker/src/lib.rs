@@ -129,4 +129,4 @@ pub use limits::HandlerOptions;
 pub use worker::{Worker, WorkerError, WorkerHandle};
 
 #[doc(no_inline)]
-pub use waymark_store::PgExecutor;
+pub use waymark_store::{FleetLimit, GroupKey, PgExecutor};

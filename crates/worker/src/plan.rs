@@ -11,16 +11,26 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use waymark_store::{ClaimRequest, Error, PgExecutor, Store, Task};
+use waymark_store::{ClaimRequest, Error, FleetLimit, PgExecutor, Store, Task};
 
 use crate::limits::{Capacities, Units};
 
-/// One draw's names, its tasks per call, and the capacities it spends.
+/// One draw's names, its tasks per call, and the capacities it spends;
+/// its queues when it draws from some of the worker's only, and the fleet
+/// limit it claims under, if any.
 #[derive(Debug)]
 pub(crate) struct Source {
     pub(crate) names: Vec<String>,
     pub(crate) batch: usize,
     pub(crate) limits: Arc<[usize]>,
+    pub(crate) queues: Option<Vec<String>>,
+    pub(crate) fleet: Option<FleetLimit>,
+}
+
+impl Source {
+    pub(crate) fn new(names: Vec<String>, batch: usize, limits: Arc<[usize]>) -> Self {
+        Source { names, batch, limits, queues: None, fleet: None }
+    }
 }
 
 /// A handler call the plan drew: its tasks (one, or a batch of one name)
@@ -55,10 +65,11 @@ impl Planner {
         Planner { sources, caps, base, cursor: AtomicUsize::new(0) }
     }
 
-    /// Whether any draw is bounded by a capacity (a freed unit is then a
-    /// reason to claim again).
+    /// Whether any draw is bounded by a capacity or a fleet limit (a call
+    /// that ends is then a reason to claim again: it freed a unit, or a
+    /// slot of the fleet's).
     pub(crate) fn limited(&self) -> bool {
-        self.sources.iter().any(|s| !s.limits.is_empty())
+        self.sources.iter().any(|s| !s.limits.is_empty() || s.fleet.is_some())
     }
 
     /// Draws up to `free` calls. Only the first draw probes (and so
@@ -84,7 +95,11 @@ impl Planner {
                 continue;
             }
             let limit = i64::try_from(units.count().saturating_mul(src.batch)).unwrap_or(i64::MAX);
-            let req = self.base.clone().names(src.names.iter().cloned()).limit(limit).probe(probe);
+            let mut req = self.base.clone().names(src.names.iter().cloned()).limit(limit).probe(probe);
+            if let Some(queues) = &src.queues {
+                req.queues.clone_from(queues);
+            }
+            req.fleet_limit.clone_from(&src.fleet);
             drawn.probed |= probe;
             probe = false;
             match store.claim(&req).await {

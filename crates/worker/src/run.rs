@@ -371,7 +371,10 @@ pub(crate) fn settlement_for<E: PgExecutor + 'static>(
     };
     Some(match end {
         RunEnd::Handler(Outcome::Done(result)) => Settlement::Complete { lease: lease(), result },
-        RunEnd::Handler(Outcome::Failed(e)) => fail(e.envelope(), e.is_retryable()),
+        RunEnd::Handler(Outcome::Failed(e)) => match e.snoozed() {
+            Some(delay) => Settlement::Snooze { lease: lease(), delay },
+            None => fail(e.envelope(), e.is_retryable()),
+        },
         RunEnd::Handler(Outcome::BadPayload(why)) => fail(
             envelope(
                 "InvalidPayload",

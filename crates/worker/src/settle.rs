@@ -56,11 +56,7 @@ impl Settler {
 }
 
 async fn settle_one<E: PgExecutor>(store: &Store<E>, s: &Settlement) -> Result<Settled> {
-    let task = match s {
-        Settlement::Complete { lease, result } => store.complete(lease, result.clone()).await,
-        Settlement::Fail { lease, failure } => store.fail(lease, failure).await,
-    }?;
-    Ok(Settled::from(&task))
+    Ok(Settled::from(&store.settle(s).await?))
 }
 
 /// The batching task, stopped by [`Batcher::finish`].

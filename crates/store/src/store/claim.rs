@@ -32,6 +32,9 @@ impl<E: PgExecutor> Store<E> {
     pub async fn claim(&self, req: &ClaimRequest) -> Result<Vec<Task>> {
         non_empty("worker_id", &req.worker_id)?;
         lease_millis(req.lease)?;
+        if let Some(limit) = &req.fleet_limit {
+            limit.check()?;
+        }
         if req.limit <= 0 || req.queues.is_empty() || req.names.as_ref().is_some_and(Vec::is_empty) {
             return Ok(Vec::new());
         }
@@ -61,7 +64,7 @@ impl<E: PgExecutor> Store<E> {
             }
             refilled += want;
             let refill = ClaimRequest { limit: want, probe: false, ..req.clone() };
-            claimed = match claim_draw(&mut self.session()?, &refill).await {
+            claimed = match self.draw(&refill, false).await {
                 Ok(more) => more,
                 // The tasks already claimed are this caller's now: hand them
                 // out rather than strand them until their leases expire.
@@ -89,20 +92,34 @@ impl<E: PgExecutor> Store<E> {
                 ),
                 None => (false, false),
             };
-            if expired {
-                let mut tx = self.begin(Lane::Ordinary).await?;
-                let out = async {
-                    recover_leases(&mut tx).await?;
-                    claim_draw(&mut tx, req).await
-                }
-                .await;
-                return finish(tx, out, "claim").await;
-            }
-            if !due {
+            if !due && !expired {
                 return Ok(Vec::new());
             }
+            return self.draw(req, expired).await;
         }
-        claim_draw(&mut self.session()?, req).await
+        self.draw(req, false).await
+    }
+
+    /// The claim statement: alone in autocommit when it can be, in one
+    /// transaction after lease recovery (`recover`) or after a fleet
+    /// limit's lock, which must be held while the running rows are counted
+    /// and the claim commits.
+    async fn draw(&self, req: &ClaimRequest, recover: bool) -> Result<Vec<Task>> {
+        if !recover && req.fleet_limit.is_none() {
+            return claim_draw(&mut self.session()?, req).await;
+        }
+        let mut tx = self.begin(Lane::Ordinary).await?;
+        let out = async {
+            if let Some(limit) = &req.fleet_limit {
+                run(&mut tx, Statement::LockKey, vec![("key", limit.lock_key().into())]).await?;
+            }
+            if recover {
+                recover_leases(&mut tx).await?;
+            }
+            claim_draw(&mut tx, req).await
+        }
+        .await;
+        finish(tx, out, "claim").await
     }
 
     /// Fails for good each claimed task whose input cannot be read (no
@@ -214,6 +231,9 @@ async fn recover_leases<S: PgSession + ?Sized>(s: &mut S) -> Result<usize> {
 /// The claim draw, using the variant whose equality predicates let an index
 /// serve the claim order.
 async fn claim_draw<S: PgSession + ?Sized>(s: &mut S, req: &ClaimRequest) -> Result<Vec<Task>> {
+    if let Some(limit) = &req.fleet_limit {
+        return claim_limited(s, req, limit).await;
+    }
     let one_queue = match req.queues.as_slice() {
         [q] => Some(q.as_str()),
         _ => None,
@@ -246,4 +266,38 @@ async fn claim_draw<S: PgSession + ?Sized>(s: &mut S, req: &ClaimRequest) -> Res
         }
     };
     tasks(s, stmt, binds).await
+}
+
+/// How many due rows per queue a limited claim looks at: enough to fill
+/// the claim, and, with groups, to find other groups' rows behind a run of
+/// one group's at its limit (a longer run than this waits for the head to
+/// drain).
+fn limited_scan(limit: i64, grouped: bool) -> i64 {
+    if grouped {
+        limit.saturating_mul(8).clamp(256, 4096)
+    } else {
+        limit
+    }
+}
+
+async fn claim_limited<S: PgSession + ?Sized>(
+    s: &mut S,
+    req: &ClaimRequest,
+    limit: &crate::FleetLimit,
+) -> Result<Vec<Task>> {
+    let group = limit.group();
+    let binds: Binds = vec![
+        ("worker_id", req.worker_id.as_str().into()),
+        ("lease_ms", lease_millis(req.lease)?.into()),
+        ("queues", req.queues.clone().into()),
+        ("names", req.names.clone().into()),
+        ("limit", req.limit.into()),
+        ("limit_queue", limit.scope_queue().into()),
+        ("limit_name", limit.scope_name().into()),
+        ("group_in", group.map(crate::GroupKey::column).into()),
+        ("group_path", group.map(|g| g.path().to_vec()).into()),
+        ("max_running", limit.max_running().into()),
+        ("scan", limited_scan(req.limit, group.is_some()).into()),
+    ];
+    tasks(s, Statement::ClaimLimited, binds).await
 }

@@ -51,7 +51,25 @@ impl<E: PgExecutor> Store<E> {
     /// attempt not spent; canceled instead if a cancel was requested.
     /// A waymark addition to the protocol (`release.sql`).
     pub async fn release(&self, lease: &Lease) -> Result<Task> {
-        owned(&mut self.session()?, Statement::Release, Vec::new(), lease).await
+        release(&mut self.session()?, lease, std::time::Duration::ZERO).await
+    }
+
+    /// Snoozes an owned task: queued again, due after `delay`, its attempt
+    /// not spent and its error left as it was (a handler's "not yet");
+    /// canceled instead if a cancel was requested. The same statement as
+    /// [`Store::release`] (`release.sql`), with a delay.
+    pub async fn snooze(&self, lease: &Lease, delay: std::time::Duration) -> Result<Task> {
+        self.observed_settle(1, async { release(&mut self.session()?, lease, delay).await }).await
+    }
+
+    /// Makes one settlement on its own, as [`Store::complete`],
+    /// [`Store::fail`] or [`Store::snooze`].
+    pub async fn settle(&self, settlement: &Settlement) -> Result<Task> {
+        match settlement {
+            Settlement::Complete { lease, result } => self.complete(lease, result.clone()).await,
+            Settlement::Fail { lease, failure } => self.fail(lease, failure).await,
+            Settlement::Snooze { lease, delay } => self.snooze(lease, *delay).await,
+        }
     }
 
     /// Settles several owned tasks with one commit for all: each settlement
@@ -60,7 +78,7 @@ impl<E: PgExecutor> Store<E> {
     /// is known to have committed.
     ///
     /// The completes of each worker go in one `complete_batch` statement;
-    /// failures run one statement each. When that makes one statement (the
+    /// failures and snoozes run one statement each. When that makes one statement (the
     /// usual case: one worker's completes), it runs in autocommit, with no
     /// transaction around it.
     pub async fn settle_batch(&self, items: &[Settlement]) -> Result<Vec<Result<Settled>>> {
@@ -117,6 +135,13 @@ pub enum Settlement {
         /// The failure.
         failure: Failure,
     },
+    /// As [`Store::snooze`].
+    Snooze {
+        /// The task's lease.
+        lease: Lease,
+        /// How long until the task is due again.
+        delay: std::time::Duration,
+    },
 }
 
 impl Settlement {
@@ -128,36 +153,38 @@ impl Settlement {
     /// The lease it settles.
     pub fn lease(&self) -> &Lease {
         match self {
-            Settlement::Complete { lease, .. } | Settlement::Fail { lease, .. } => lease,
+            Settlement::Complete { lease, .. }
+            | Settlement::Fail { lease, .. }
+            | Settlement::Snooze { lease, .. } => lease,
         }
     }
 }
 
 /// The completes of a settlement batch grouped by worker (one statement
-/// each), checked before anything is sent.
+/// each), checked before anything is sent; the rest run one by one.
 struct SettlePlan<'a> {
     completes: BTreeMap<&'a str, Vec<usize>>,
-    fails: usize,
+    singles: usize,
 }
 
 impl<'a> SettlePlan<'a> {
     fn new(items: &'a [Settlement]) -> Result<Self> {
         let mut completes: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-        let mut fails = 0;
+        let mut singles = 0;
         for (i, item) in items.iter().enumerate() {
             match item {
                 Settlement::Complete { lease, .. } => {
                     lease.check()?;
                     completes.entry(lease.worker_id()).or_default().push(i);
                 }
-                Settlement::Fail { .. } => fails += 1,
+                Settlement::Fail { .. } | Settlement::Snooze { .. } => singles += 1,
             }
         }
-        Ok(SettlePlan { completes, fails })
+        Ok(SettlePlan { completes, singles })
     }
 
     fn statements(&self) -> usize {
-        self.completes.len() + self.fails
+        self.completes.len() + self.singles
     }
 }
 
@@ -205,17 +232,19 @@ async fn settle_all<S: PgSession + ?Sized>(
         }
     }
     for (i, item) in items.iter().enumerate() {
-        if let Settlement::Fail { lease, failure } = item {
-            let out = fail(s, lease, failure).await;
-            // A lost lease or a bad argument answers that one settlement; any
-            // other error has aborted the transaction.
-            if let Err(e) = &out {
-                if !e.is_lost_lease() && !matches!(e, Error::InvalidArgument(_)) {
-                    return Err(out.unwrap_err());
-                }
+        let out = match item {
+            Settlement::Complete { .. } => continue,
+            Settlement::Fail { lease, failure } => fail(s, lease, failure).await,
+            Settlement::Snooze { lease, delay } => release(s, lease, *delay).await,
+        };
+        // A lost lease or a bad argument answers that one settlement; any
+        // other error has aborted the transaction.
+        if let Err(e) = &out {
+            if !e.is_lost_lease() && !matches!(e, Error::InvalidArgument(_)) {
+                return Err(out.unwrap_err());
             }
-            outcomes[i] = Some(out.map(|t| Settled::from(&t)));
         }
+        outcomes[i] = Some(out.map(|t| Settled::from(&t)));
     }
     Ok(outcomes.into_iter().map(|o| o.expect("every settlement answered")).collect())
 }
@@ -227,6 +256,22 @@ pub(super) async fn fail<S: PgSession + ?Sized>(s: &mut S, lease: &Lease, failur
         ("delay_ms", millis("failure delay", failure.delay)?.into()),
     ];
     owned(s, Statement::Fail, binds, lease).await
+}
+
+/// The longest snooze: a delay past it would overflow the due time's
+/// milliseconds in the statement, and no real "not yet" is that long.
+pub const MAX_SNOOZE: std::time::Duration = std::time::Duration::from_secs(10 * 365 * 24 * 3600);
+
+async fn release<S: PgSession + ?Sized>(
+    s: &mut S,
+    lease: &Lease,
+    delay: std::time::Duration,
+) -> Result<Task> {
+    if delay > MAX_SNOOZE {
+        return Err(Error::invalid(format!("a snooze of {delay:?} is longer than the most, {MAX_SNOOZE:?}")));
+    }
+    let binds: Binds = vec![("delay_ms", millis("snooze delay", delay)?.into())];
+    owned(s, Statement::Release, binds, lease).await
 }
 
 async fn complete<S: PgSession + ?Sized>(s: &mut S, lease: &Lease, result: Json) -> Result<Task> {

@@ -66,6 +66,7 @@ macro_rules! store_contract {
             settle_batch_answers_each_settlement_on_its_own,
             settle_batch_of_one_workers_completes_answers_each,
             release_gives_a_task_back_without_spending_its_attempt,
+            snooze_requeues_later_keeping_attempt_and_error,
             submit_batch_inserts_many_in_order,
             a_row_it_cannot_read_stops_nothing,
         );

@@ -167,3 +167,40 @@ pub async fn release_gives_a_task_back_without_spending_its_attempt<E: PgExecuto
     let again = store.claim(&claim("w2")).await.expect("claim again at once");
     assert_eq!((again.len(), again[0].id.as_str(), again[0].attempt), (1, a.id.as_str(), 1));
 }
+
+/// `snooze` puts a running task back due after its delay, attempt unspent
+/// and the error of an earlier attempt kept; a cancel request wins, a
+/// delay past the most is refused, and a second snooze finds no lease.
+pub async fn snooze_requeues_later_keeping_attempt_and_error<E: PgExecutor>(store: &Store<E>) {
+    let t = store.submit(NewTask::new("s", json!({}))).await.expect("submit");
+    let other = store.submit(NewTask::new("s", json!({}))).await.expect("submit");
+    store.claim(&claim("w1").limit(2)).await.expect("claim");
+    let envelope = json!({"type": "Boom", "code": "task_error", "message": "first try", "retryable": true, "details": {}});
+    let failed = store.fail(&Lease::new(&t.id, "w1"), &Failure::new(envelope.clone())).await.expect("fail");
+    assert_eq!((failed.status, failed.attempt), (TaskStatus::Queued, 1));
+    let again = store.claim(&claim("w1")).await.expect("claim again");
+    assert_eq!((again.len(), again[0].attempt), (1, 2));
+
+    let hour = Duration::from_secs(3600);
+    let snoozed = store.snooze(&Lease::new(&t.id, "w1"), hour).await.expect("snooze");
+    assert_eq!(
+        (snoozed.status, snoozed.attempt, snoozed.worker_id.as_deref(), snoozed.lease_until_ms),
+        (TaskStatus::Queued, 1, None, None),
+        "queued, the second attempt unspent"
+    );
+    assert_eq!(snoozed.error, Some(envelope), "the first attempt's error is kept");
+    let wait = snoozed.run_at_ms - snoozed.updated_at_ms;
+    assert!((3_599_000..=3_600_000).contains(&wait), "due an hour after the snooze, got {wait} ms");
+    assert!(store.claim(&claim("w2")).await.expect("claim").is_empty(), "not due yet");
+    let err = store.snooze(&Lease::new(&t.id, "w1"), hour).await.expect_err("snoozed already");
+    assert!(err.is_lost_lease(), "{err}");
+
+    let too_long = waymark_store::MAX_SNOOZE + Duration::from_secs(1);
+    let err = store.snooze(&Lease::new(&other.id, "w1"), too_long).await.expect_err("too long");
+    assert!(matches!(err, Error::InvalidArgument(ref why) if why.contains("snooze")), "{err}");
+    store.cancel(&other.id).await.expect("cancel request");
+    let batch = [Settlement::Snooze { lease: Lease::new(&other.id, "w1"), delay: hour }];
+    let answers = store.settle_batch(&batch).await.expect("settle batch");
+    let settled = answers[0].as_ref().expect("the snooze settles");
+    assert_eq!(settled.status, TaskStatus::Canceled, "a cancel request wins over a snooze");
+}

@@ -1,0 +1,46 @@
+//! A worker process for the fleet-limit tests: 32 slots over queue
+//! `fleet`, tasks `fleet.work` (sleeps its payload's `ms`), under one fleet
+//! limit. Usage: `fleet_worker URL SCHEMA LIMIT` where LIMIT is
+//! `name:N` (at most N `fleet.work` at once) or `tenant:N` (at most N per
+//! payload `tenant`). Leases of 2 s. Runs until SIGTERM or SIGINT.
+
+use std::time::Duration;
+
+use waymark_pool::PgPool;
+use waymark_store::{ConnectOptions, FleetLimit, GroupKey, Store};
+use waymark_worker::Worker;
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [url, schema, limit] = args.as_slice() else {
+        eprintln!("usage: fleet_worker <url> <schema> <name:N | tenant:N>");
+        std::process::exit(2);
+    };
+    let limit = match limit.split_once(':').map(|(kind, n)| (kind, n.parse::<i64>())) {
+        Some(("name", Ok(n))) => FleetLimit::name("fleet.work", n),
+        Some(("tenant", Ok(n))) => FleetLimit::name("fleet.work", n).per_group(GroupKey::payload(["tenant"])),
+        _ => {
+            eprintln!("fleet_worker: LIMIT must be name:N or tenant:N, got {limit:?}");
+            std::process::exit(2);
+        }
+    };
+    let pool = PgPool::builder(url.as_str()).max_size(4).schema(schema.as_str()).build().expect("pool");
+    let store = Store::connect(pool, ConnectOptions::schema(schema.as_str())).await.expect("connect");
+    let worker = Worker::builder(store)
+        .queues(["fleet"])
+        .concurrency(32)
+        // Short, so that a killed worker's slots free within the test.
+        .lease(Duration::from_secs(2))
+        .poll_interval(Duration::from_millis(100))
+        .fleet_limit(limit)
+        .task("fleet.work", |_ctx, p: serde_json::Value| async move {
+            // Real time: the task must be running while the test samples.
+            tokio::time::sleep(Duration::from_millis(p["ms"].as_u64().unwrap_or(20))).await;
+            Ok(serde_json::json!("done"))
+        })
+        .build()
+        .expect("worker");
+    println!("ready");
+    worker.serve().await.expect("signal handlers");
+}

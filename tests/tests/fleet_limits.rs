@@ -1,0 +1,169 @@
+//! Fleet-wide concurrency limits across worker processes on a real
+//! PostgreSQL: four `fleet_worker` processes of 32 slots each drain a
+//! backlog under a limit of 5, sampled every 10 ms, never more than 5
+//! running, also after one of them is killed with its tasks running (their
+//! slots free when their leases are recovered); a per-tenant limit likewise
+//! holds for every tenant while tenants run side by side.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use waymark_store::NewTask;
+use waymark_tests::db::admin_client;
+use waymark_tests::{pool_store, TestSchema};
+
+const WORKERS: usize = 4;
+
+async fn start_fleet(schema: &TestSchema, limit: &str) -> Vec<tokio::process::Child> {
+    let mut fleet = Vec::new();
+    for _ in 0..WORKERS {
+        let (child, _lines) = waymark_tests::child::start_ready(
+            env!("CARGO_BIN_EXE_fleet_worker"),
+            &[&schema.url, &schema.schema, limit],
+        )
+        .await;
+        fleet.push(child);
+    }
+    fleet
+}
+
+async fn stop_fleet(fleet: Vec<tokio::process::Child>) {
+    for mut child in fleet {
+        if let Some(pid) = child.id() {
+            let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    }
+}
+
+/// Running tasks per tenant (all under `""` when tasks have none), sampled
+/// every 10 ms until every task has succeeded; answers each tenant's most
+/// seen at once and the most seen in all. `during` runs once, after
+/// `after_done` tasks have succeeded, with the workers of the running
+/// tasks then.
+async fn sample_until_drained(
+    schema: &TestSchema,
+    total: i64,
+    after_done: i64,
+    mut during: impl FnMut(&[String]),
+) -> (BTreeMap<String, i64>, i64, usize) {
+    let client = admin_client(&schema.url).await;
+    let table = format!("{}.cairnq_tasks", schema.schema);
+    let (mut per_tenant, mut most, mut samples) = (BTreeMap::<String, i64>::new(), 0i64, 0usize);
+    let mut fired = false;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    loop {
+        tick.tick().await;
+        let rows = client
+            .query(
+                &format!(
+                    "select coalesce(payload->>'tenant', ''), count(*) from {table} \
+                     where status = 'running' group by 1"
+                ),
+                &[],
+            )
+            .await
+            .expect("sample");
+        let mut now = 0;
+        for row in rows {
+            let (tenant, n): (String, i64) = (row.get(0), row.get(1));
+            now += n;
+            let seen = per_tenant.entry(tenant).or_default();
+            *seen = (*seen).max(n);
+        }
+        most = most.max(now);
+        samples += 1;
+        let done: i64 = client
+            .query_one(&format!("select count(*) from {table} where status = 'succeeded'"), &[])
+            .await
+            .expect("done")
+            .get(0);
+        if !fired && done >= after_done {
+            let owners: Vec<String> = client
+                .query(&format!("select worker_id from {table} where status = 'running'"), &[])
+                .await
+                .expect("owners")
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            if !owners.is_empty() {
+                fired = true;
+                during(&owners);
+            }
+        }
+        if done == total {
+            return (per_tenant, most, samples);
+        }
+        assert!(Instant::now() < deadline, "drain not finished in 120 s: {done} of {total} succeeded");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_workers_never_run_more_than_the_limit_also_when_one_dies() {
+    const TASKS: i64 = 300;
+    let schema = TestSchema::new().await;
+    let store = pool_store(&schema).await;
+    let tasks = (0..TASKS).map(|n| NewTask::new("fleet.work", json!({"n": n, "ms": 30})).queue("fleet"));
+    store.submit_batch(tasks).await.expect("submit");
+    let fleet = start_fleet(&schema, "name:5").await;
+    let pids: Vec<u32> = fleet.iter().map(|c| c.id().expect("running")).collect();
+    // A third of the way in, kill a worker that holds running tasks: they
+    // keep their slots until their 2 s leases run out and are recovered.
+    let mut killed = None;
+    let (_, most, samples) = sample_until_drained(&schema, TASKS, TASKS / 3, |owners| {
+        // Worker ids are `waymark-<pid>-<random>`.
+        let pid = pids
+            .iter()
+            .copied()
+            .find(|pid| owners.iter().any(|o| o.starts_with(&format!("waymark-{pid}-"))))
+            .expect("a running task's worker is one of the fleet");
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        killed = Some(pid);
+    })
+    .await;
+    assert!(killed.is_some(), "a worker was killed mid-drain");
+    stop_fleet(fleet).await;
+    assert!(most <= 5, "the fleet ran {most} tasks at once under a limit of 5");
+    assert!(most >= 3, "the limit was hardly used ({most} at most): the test measured nothing");
+    assert!(samples > 50, "too few samples ({samples}) to say anything");
+    let rerun: i64 = admin_client(&schema.url)
+        .await
+        .query_one(
+            &format!(
+                "select count(*) from {}.cairnq_tasks where status = 'succeeded' and attempt > 1",
+                schema.schema
+            ),
+            &[],
+        )
+        .await
+        .expect("reruns")
+        .get(0);
+    assert!(rerun >= 1, "the killed worker's tasks ran again after their leases expired");
+    println!("fleet limit 5: {samples} samples, at most {most} running; {rerun} tasks rerun after the kill");
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_tenant_limit_holds_for_each_tenant_while_tenants_run_side_by_side() {
+    const TASKS: i64 = 240;
+    let schema = TestSchema::new().await;
+    let store = pool_store(&schema).await;
+    // Tenant a has half the backlog, at its head: the others must still run.
+    let tasks = (0..TASKS).map(|n| {
+        let tenant = if n < TASKS / 2 { "a".to_owned() } else { format!("t{}", n % 5) };
+        NewTask::new("fleet.work", json!({"tenant": tenant, "ms": 30})).queue("fleet")
+    });
+    store.submit_batch(tasks).await.expect("submit");
+    let fleet = start_fleet(&schema, "tenant:2").await;
+    let (per_tenant, most, samples) = sample_until_drained(&schema, TASKS, TASKS, |_| {}).await;
+    stop_fleet(fleet).await;
+    for (tenant, seen) in &per_tenant {
+        assert!(*seen <= 2, "tenant {tenant:?} ran {seen} tasks at once under a limit of 2 per tenant");
+    }
+    assert_eq!(per_tenant.len(), 6, "every tenant ran: {per_tenant:?}");
+    assert!(most > 2, "tenants ran side by side ({most} at most in all): {per_tenant:?}");
+    println!("per-tenant limit 2: {samples} samples, {per_tenant:?} at most per tenant, {most} in all");
+    schema.drop().await;
+}
