@@ -177,6 +177,7 @@ catalogue! {
     LedgerRecord => "ledger_record",
     SetLockTimeout => "set_lock_timeout",
     SetMigrationTimeouts => "set_migration_timeouts",
+    Clock => "clock",
 }
 
 impl Statement {

@@ -217,7 +217,7 @@ pub struct ClaimRequest {
     /// or a task was just queued) and recovers leases on its own schedule.
     /// Defaults to true.
     pub probe: bool,
-    /// A fleet-wide limit the claim keeps to (see [`FleetLimit`]): it
+    /// A fleet-wide limit the claim keeps to (see [`FleetLimit`](crate::FleetLimit)): it
     /// claims only tasks the limit covers, and only into its free slots.
     /// Defaults to `None`.
     pub fleet_limit: Option<crate::FleetLimit>,

@@ -91,6 +91,7 @@ pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {
             | SetLockTimeout
             | SetMigrationTimeouts
             | LockKey
+            | Clock
     );
     (lane, repeatable)
 }

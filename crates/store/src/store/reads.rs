@@ -60,6 +60,15 @@ impl<E: PgExecutor> Store<E> {
         tasks(&mut self.session()?, Statement::List, binds).await
     }
 
+    /// The database's clock, in epoch milliseconds: the clock that stamps
+    /// every row (a waymark addition, `clock.sql`).
+    pub async fn database_time_ms(&self) -> Result<i64> {
+        let mut row = run_opt(&mut self.session()?, Statement::Clock, Vec::new())
+            .await?
+            .ok_or_else(|| Error::Internal("the clock statement answered no row".to_owned()))?;
+        int8(&mut row, "now_ms")
+    }
+
     /// Counts by queue and status, every status present (zero-filled). With
     /// `queue`, only that queue, and it is present even when empty.
     pub async fn stats(&self, queue: Option<&str>) -> Result<BTreeMap<String, StatusCounts>> {

@@ -1,0 +1,160 @@
+//! When a schedule's slots fall: a cron expression in a time zone, or a
+//! fixed interval counted from the Unix epoch (so every scheduler agrees
+//! on the slots without talking to the others).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use chrono_tz::Tz;
+use waymark_store::{Error, Result};
+
+/// A schedule's slots.
+#[derive(Debug, Clone)]
+pub enum Every {
+    /// A cron expression with seconds (`sec min hour day-of-month month
+    /// day-of-week [year]`), read in a time zone.
+    Cron {
+        /// The expression as given.
+        expr: String,
+        /// Its parsed form.
+        schedule: Box<cron::Schedule>,
+        /// The zone its fields are read in.
+        zone: Tz,
+    },
+    /// Every `period`, at whole multiples of it since the Unix epoch.
+    Interval(Duration),
+}
+
+impl Every {
+    /// A cron schedule: `"0 */5 * * * *"` (every five minutes) in `zone`
+    /// (an IANA name such as `"Europe/Paris"`, or `"UTC"`).
+    pub fn cron(expr: &str, zone: &str) -> Result<Every> {
+        let schedule = cron::Schedule::from_str(expr)
+            .map_err(|e| Error::InvalidArgument(format!("cron expression {expr:?}: {e}")))?;
+        let zone = Tz::from_str(zone).map_err(|_| {
+            Error::InvalidArgument(format!("unknown time zone {zone:?} (an IANA name, or UTC)"))
+        })?;
+        let every = Every::Cron { expr: expr.to_owned(), schedule: Box::new(schedule), zone };
+        if every.next_after(0).is_none() {
+            return Err(Error::InvalidArgument(format!("cron expression {expr:?} has no slot after 1970")));
+        }
+        Ok(every)
+    }
+
+    /// A fixed interval: slots at whole multiples of `period` since the
+    /// Unix epoch (every 10 s falls on :00, :10, ...). At least 1 ms, in
+    /// whole milliseconds.
+    pub fn interval(period: Duration) -> Result<Every> {
+        if period < Duration::from_millis(1) || !period.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(Error::InvalidArgument(format!(
+                "an interval must be whole milliseconds, at least 1 ms, got {period:?}"
+            )));
+        }
+        if period > Duration::from_secs(100 * 365 * 24 * 3600) {
+            return Err(Error::InvalidArgument(format!(
+                "an interval of {period:?} is longer than 100 years"
+            )));
+        }
+        Ok(Every::Interval(period))
+    }
+
+    /// The first slot strictly after `ms` (epoch milliseconds), if any.
+    pub fn next_after(&self, ms: i64) -> Option<i64> {
+        match self {
+            Every::Interval(period) => {
+                let p = period_ms(*period);
+                Some((ms.div_euclid(p) + 1) * p)
+            }
+            Every::Cron { schedule, zone, .. } => {
+                let at = zone.timestamp_millis_opt(ms).single()?;
+                schedule.after(&at).next().map(|t| t.timestamp_millis())
+            }
+        }
+    }
+
+    /// Up to `n` slots at or before `ms`, oldest first (the catch-up's).
+    pub fn last_at_or_before(&self, ms: i64, n: usize) -> Vec<i64> {
+        let mut slots = Vec::with_capacity(n.min(1024));
+        match self {
+            Every::Interval(period) => {
+                let p = period_ms(*period);
+                let mut slot = ms.div_euclid(p) * p;
+                while slots.len() < n && slot >= 0 {
+                    slots.push(slot);
+                    slot -= p;
+                }
+            }
+            Every::Cron { schedule, zone, .. } => {
+                // The iterator walks backwards from just after `ms`.
+                if let Some(at) = zone.timestamp_millis_opt(ms.saturating_add(1)).single() {
+                    slots.extend(schedule.after(&at).rev().take(n).map(|t| t.timestamp_millis()));
+                }
+            }
+        }
+        slots.reverse();
+        slots
+    }
+
+    /// How the schedule reads, for logs and errors.
+    pub fn describe(&self) -> String {
+        match self {
+            Every::Cron { expr, zone, .. } => format!("cron {expr:?} in {zone}"),
+            Every::Interval(p) => format!("every {p:?}"),
+        }
+    }
+}
+
+fn period_ms(period: Duration) -> i64 {
+    i64::try_from(period.as_millis()).unwrap_or(i64::MAX).max(1)
+}
+
+/// A slot's time as its key spells it: RFC 3339 in UTC, with milliseconds.
+pub(crate) fn slot_label(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .map_or_else(|| ms.to_string(), |t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_fall_on_multiples_of_the_period() {
+        let every = Every::interval(Duration::from_secs(10)).unwrap();
+        assert_eq!(every.next_after(0), Some(10_000));
+        assert_eq!(every.next_after(10_000), Some(20_000));
+        assert_eq!(every.next_after(19_999), Some(20_000));
+        assert_eq!(every.last_at_or_before(25_000, 3), vec![0, 10_000, 20_000]);
+        assert_eq!(every.last_at_or_before(5_000, 3), vec![0], "never before the epoch");
+        assert!(Every::interval(Duration::from_micros(1500)).is_err());
+        assert!(Every::interval(Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn cron_reads_its_fields_in_its_zone() {
+        // 09:30:15 on weekdays, Paris time.
+        let every = Every::cron("15 30 9 * * Mon-Fri", "Europe/Paris").unwrap();
+        // Thursday 2026-12-03 00:00 UTC.
+        let start = DateTime::parse_from_rfc3339("2026-12-03T00:00:00Z").unwrap().timestamp_millis();
+        let next = every.next_after(start).unwrap();
+        // Paris is UTC+1 in December.
+        assert_eq!(slot_label(next), "2026-12-03T08:30:15.000Z");
+        let after = every.next_after(next).unwrap();
+        assert_eq!(slot_label(after), "2026-12-04T08:30:15.000Z");
+        // Friday's then Monday's: the weekend has none.
+        assert_eq!(slot_label(every.next_after(after).unwrap()), "2026-12-07T08:30:15.000Z");
+        assert_eq!(every.last_at_or_before(after, 2), vec![next, after]);
+        assert_eq!(every.last_at_or_before(after - 1, 1), vec![next]);
+    }
+
+    #[test]
+    fn bad_schedules_say_what_is_wrong() {
+        let e = Every::cron("every minute", "UTC").unwrap_err().to_string();
+        assert!(e.contains("cron expression \"every minute\""), "{e}");
+        let e = Every::cron("0 * * * * *", "Mars/Olympus").unwrap_err().to_string();
+        assert!(e.contains("unknown time zone \"Mars/Olympus\""), "{e}");
+        let e = Every::cron("0 0 0 1 1 * 1960", "UTC").unwrap_err().to_string();
+        assert!(e.contains("cron expression \"0 0 0 1 1 * 1960\""), "a slot before 1970 is refused: {e}");
+    }
+}
