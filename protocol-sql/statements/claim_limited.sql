@@ -5,15 +5,17 @@
 -- of that JSON path is a group of its own (rows without it form one group).
 -- No group may hold more than max_running running rows after the claim.
 -- Running rows count whatever their lease says: a slot frees when its row
--- leaves running (settled, or its expired lease recovered), never while a
--- stalled owner may still be at work. The store runs this after taking the
+-- leaves running (settled, or its expired lease recovered by a claim pass),
+-- not while its lease lasts. The store runs this after taking the
 -- limit's advisory lock in the same transaction, so the count it reads
 -- includes every claim committed under the same limit; rows claimed by
 -- workers that do not know the limit (other SDKs) are counted all the same.
 -- Each queue offers its best `scan` due rows in the claim index's order
--- (locked, skipping locked ones, as in claim.sql); within each group the
--- best of them fill that group's free slots; the best `limit` of those are
--- claimed. Rows come back in no particular order.
+-- (locked, skipping locked ones, as in claim.sql), passing over the rows of
+-- groups already at their limit so that one full group's backlog cannot
+-- hide the others'; within each group the best of them fill that group's
+-- free slots; the best `limit` of those are claimed. Rows come back in no
+-- particular order.
 with clock as (
     select (extract(epoch from clock_timestamp()) * 1000)::bigint as now_ms
 ),
@@ -45,6 +47,15 @@ offered as (
               and (:limit_queue::text is null or c.queue = :limit_queue)
               and (:limit_name::text is null or c.name = :limit_name)
               and c.run_at_ms <= (select now_ms from clock)
+              and not exists (
+                      select 1
+                        from busy as full_group
+                       where full_group.running >= :max_running
+                         and full_group.grp is not distinct from (
+                                 case :group_in
+                                     when 'payload' then c.payload #>> :group_path
+                                     when 'metadata' then c.metadata #>> :group_path
+                                 end))
             order by c.priority desc, c.run_at_ms, c.id
             limit :scan
               for update skip locked

@@ -167,3 +167,35 @@ async fn a_per_tenant_limit_holds_for_each_tenant_while_tenants_run_side_by_side
     println!("per-tenant limit 2: {samples} samples, {per_tenant:?} at most per tenant, {most} in all");
     schema.drop().await;
 }
+
+/// A per-group limit: one tenant's backlog at the head of the queue, longer
+/// than a limited claim looks at, with that tenant at its limit, does not
+/// hide another tenant's task behind it; and a group never passes its
+/// limit whatever the claim asks for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_groups_backlog_does_not_hide_the_other_groups() {
+    use waymark_store::{ClaimRequest, FleetLimit, GroupKey};
+    let schema = TestSchema::new().await;
+    let store = pool_store(&schema).await;
+    let busy: Vec<NewTask> =
+        (0..5000).map(|i| NewTask::new("tenant.work", json!({"tenant": "busy", "n": i}))).collect();
+    store.submit_batch(busy).await.expect("the busy tenant's backlog");
+    let quiet = store.submit(NewTask::new("tenant.work", json!({"tenant": "quiet"}))).await.expect("submit");
+    let limit = FleetLimit::name("tenant.work", 1).per_group(GroupKey::payload(["tenant"]));
+    let claim = |limit_n: i64| {
+        let req = ClaimRequest::new("w1", ["default"]).limit(limit_n).fleet_limit(limit.clone());
+        let store = &store;
+        async move { store.claim(&req).await }
+    };
+
+    let first = claim(1).await.expect("claim");
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].payload["tenant"], "busy", "the head of the queue goes first");
+    // The busy tenant is at its limit: the next claim passes over its
+    // backlog, however long, to the quiet tenant's task.
+    let second = claim(10).await.expect("claim");
+    let ids: Vec<&str> = second.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, [quiet.id.as_str()], "only the quiet tenant's task, the busy one being full");
+    assert!(claim(10).await.expect("claim").is_empty(), "both tenants at their limit of 1");
+    schema.drop().await;
+}

@@ -68,7 +68,15 @@ impl Every {
             }
             Every::Cron { schedule, zone, .. } => {
                 let at = zone.timestamp_millis_opt(ms).single()?;
-                schedule.after(&at).next().map(|t| t.timestamp_millis())
+                // Strictly after `ms`, and a local time that falls twice (a
+                // clock set back) only at its first occurrence: the cron
+                // crate can answer a time before `ms` when `ms` lies in the
+                // repeated hour.
+                schedule
+                    .after(&at)
+                    .take(SEARCH)
+                    .map(|t| t.timestamp_millis())
+                    .find(|&t| t > ms && !repeated(zone, t))
             }
         }
     }
@@ -88,7 +96,12 @@ impl Every {
             Every::Cron { schedule, zone, .. } => {
                 // The iterator walks backwards from just after `ms`.
                 if let Some(at) = zone.timestamp_millis_opt(ms.saturating_add(1)).single() {
-                    slots.extend(schedule.after(&at).rev().take(n).map(|t| t.timestamp_millis()));
+                    // The same slots as `next_after` walks: a repeated local
+                    // time at its first occurrence only.
+                    let back = schedule.after(&at).rev().take(n.saturating_add(SEARCH));
+                    slots.extend(
+                        back.map(|t| t.timestamp_millis()).filter(|&t| t <= ms && !repeated(zone, t)).take(n),
+                    );
                 }
             }
         }
@@ -102,6 +115,20 @@ impl Every {
             Every::Cron { expr, zone, .. } => format!("cron {expr:?} in {zone}"),
             Every::Interval(p) => format!("every {p:?}"),
         }
+    }
+}
+
+/// How far a cron walk looks past slots it passes over (at most a
+/// couple near a clock change) before it gives up.
+const SEARCH: usize = 64;
+
+/// Whether `ms` is the second occurrence of a local time that a clock set
+/// back makes fall twice in `zone`.
+fn repeated(zone: &Tz, ms: i64) -> bool {
+    let Some(at) = zone.timestamp_millis_opt(ms).single() else { return false };
+    match zone.from_local_datetime(&at.naive_local()) {
+        chrono::LocalResult::Ambiguous(first, _) => first.timestamp_millis() != ms,
+        _ => false,
     }
 }
 
@@ -146,6 +173,43 @@ mod tests {
         assert_eq!(slot_label(every.next_after(after).unwrap()), "2026-12-07T08:30:15.000Z");
         assert_eq!(every.last_at_or_before(after, 2), vec![next, after]);
         assert_eq!(every.last_at_or_before(after - 1, 1), vec![next]);
+    }
+
+    #[test]
+    fn clock_changes_give_one_slot_a_day_both_ways() {
+        let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().timestamp_millis();
+        let labels = |v: Vec<i64>| v.into_iter().map(slot_label).collect::<Vec<_>>();
+        // 02:30 Paris time: skipped on 2026-03-29 (02:00 -> 03:00), twice
+        // on 2026-10-25 (03:00 -> 02:00), where the first one counts.
+        let every = Every::cron("0 30 2 * * *", "Europe/Paris").unwrap();
+        let mut walk = vec![every.next_after(at("2026-03-28T12:00:00Z")).unwrap()];
+        walk.push(every.next_after(walk[0]).unwrap());
+        assert_eq!(
+            labels(walk),
+            ["2026-03-30T00:30:00.000Z", "2026-03-31T00:30:00.000Z"],
+            "no slot on the 29th"
+        );
+        let mut walk = vec![every.next_after(at("2026-10-24T12:00:00Z")).unwrap()];
+        walk.push(every.next_after(walk[0]).unwrap());
+        assert_eq!(
+            labels(walk),
+            ["2026-10-25T00:30:00.000Z", "2026-10-26T01:30:00.000Z"],
+            "once on the 25th"
+        );
+        // From inside the repeated hour: the next slot is still ahead.
+        for inside in ["2026-10-25T00:45:00Z", "2026-10-25T01:00:00Z", "2026-10-25T01:30:00Z"] {
+            let next = every.next_after(at(inside)).unwrap();
+            assert_eq!(slot_label(next), "2026-10-26T01:30:00.000Z", "after {inside}");
+        }
+        // The catch-up walks back over the same slots as the walk forward.
+        assert_eq!(
+            labels(every.last_at_or_before(at("2026-10-25T03:00:00Z"), 2)),
+            ["2026-10-24T00:30:00.000Z", "2026-10-25T00:30:00.000Z"]
+        );
+        assert_eq!(
+            labels(every.last_at_or_before(at("2026-03-30T03:00:00Z"), 2)),
+            ["2026-03-28T01:30:00.000Z", "2026-03-30T00:30:00.000Z"]
+        );
     }
 
     #[test]

@@ -52,4 +52,4 @@ mod every;
 mod scheduler;
 
 pub use every::Every;
-pub use scheduler::{CatchUp, Fired, Periodic, Scheduler, SCHEDULE_KEY, SLOT_KEY};
+pub use scheduler::{CatchUp, Fired, Periodic, Scheduler, MAX_CATCH_UP, SCHEDULE_KEY, SLOT_KEY};

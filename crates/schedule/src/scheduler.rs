@@ -24,9 +24,13 @@ pub enum CatchUp {
     /// Slots missed are not submitted; the next slot to come is.
     Skip,
     /// The last `n` slots missed are submitted (each only if its task is
-    /// not there already), oldest first.
+    /// not there already), oldest first. At most [`MAX_CATCH_UP`].
     Missed(usize),
 }
+
+/// The most slots a [`CatchUp::Missed`] may name: a bound on the walk back
+/// at the start, and on the slots held while the database is away.
+pub const MAX_CATCH_UP: usize = 10_000;
 
 /// One periodic task: its id (part of every slot's key, so keep it
 /// stable), when it falls, what it submits, and its catch-up policy.
@@ -70,6 +74,14 @@ impl Periodic {
                 "a schedule id must be non-empty and without ':', got {:?}",
                 self.id
             )));
+        }
+        if let CatchUp::Missed(n) = self.catch_up {
+            if n > MAX_CATCH_UP {
+                return Err(Error::InvalidArgument(format!(
+                    "schedule {:?}: a catch-up of {n} slots is more than {MAX_CATCH_UP}",
+                    self.id
+                )));
+            }
         }
         if self.task.name.is_empty() {
             return Err(Error::InvalidArgument(format!("schedule {:?}: the task needs a name", self.id)));
@@ -168,15 +180,17 @@ impl<E: PgExecutor + 'static> Scheduler<E> {
         tokio::pin!(stop);
         tokio::select! {
             () = &mut stop => Ok(()),
-            () = self.run_loop() => Ok(()),
+            out = self.run_loop() => out,
         }
     }
 
-    async fn run_loop(&self) {
+    /// Runs until the store is closed (answered as its error).
+    async fn run_loop(&self) -> Result<()> {
         let mut pause = Duration::from_millis(50);
         let now = loop {
             match self.store.database_time_ms().await {
                 Ok(now) => break now,
+                Err(e) if e.is_store_closed() => return Err(e),
                 Err(e) => pause = self.failed("reading the database clock", &e, pause).await,
             }
         };
@@ -195,6 +209,9 @@ impl<E: PgExecutor + 'static> Scheduler<E> {
             .collect();
         loop {
             if let Err(e) = self.submit_pending(&mut states).await {
+                if e.is_store_closed() {
+                    return Err(e);
+                }
                 pause = self.failed("submitting a slot's task", &e, pause).await;
                 // Slots keep falling while the database is away.
                 if let Ok(now) = self.store.database_time_ms().await {
@@ -209,6 +226,7 @@ impl<E: PgExecutor + 'static> Scheduler<E> {
             };
             let now = match self.store.database_time_ms().await {
                 Ok(now) => now,
+                Err(e) if e.is_store_closed() => return Err(e),
                 Err(e) => {
                     pause = self.failed("reading the database clock", &e, pause).await;
                     continue;
@@ -241,20 +259,29 @@ impl<E: PgExecutor + 'static> Scheduler<E> {
     }
 
     /// Submits every pending slot, oldest first per schedule. A slot whose
-    /// submit fails stays pending; an error that is the slot's own (a bad
-    /// template) drops it, logged, so it cannot stop the others.
+    /// submit fails for a reason that may pass (the database away, a full
+    /// queue) stays pending and its schedule waits for the next pass, while
+    /// the other schedules are still served; one the store refuses for good
+    /// (bad input, a payload the server cannot store, a constraint) is
+    /// dropped, logged, so it cannot stop the others. Answers the first
+    /// failure that may pass, or that the store is closed.
     async fn submit_pending(&self, states: &mut [State]) -> Result<()> {
+        let mut passing = None;
         for (s, state) in self.schedules.iter().zip(states.iter_mut()) {
             while let Some(&slot) = state.pending.front() {
                 let submitted = match self.store.submit(s.task_for(slot)).await {
                     Ok(_) => true,
                     Err(e) if e.is_already_exists() => false,
-                    Err(e) if e.is_invalid_argument() => {
+                    Err(e) if e.is_store_closed() => return Err(e),
+                    Err(e) if e.is_transient() || e.is_queue_full() => {
+                        passing.get_or_insert(e);
+                        break;
+                    }
+                    Err(e) => {
                         tracing::error!(schedule = %s.id, slot = %slot_label(slot), error = %e, "the schedule's task is refused; slot dropped");
                         state.pending.pop_front();
                         continue;
                     }
-                    Err(e) => return Err(e),
                 };
                 state.pending.pop_front();
                 if let Some(tx) = &self.fired {
@@ -262,7 +289,7 @@ impl<E: PgExecutor + 'static> Scheduler<E> {
                 }
             }
         }
-        Ok(())
+        passing.map_or(Ok(()), Err)
     }
 
     async fn failed(&self, doing: &str, e: &Error, pause: Duration) -> Duration {

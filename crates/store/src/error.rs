@@ -182,6 +182,17 @@ impl Error {
         matches!(self, Error::QueueFull { .. })
     }
 
+    /// Whether the failure may pass if the same call is made again later:
+    /// the executor saturated or its breaker open, a connection lost, a
+    /// timeout, the server out of connections, a lock wait past its limit.
+    /// Anything else (bad input, a constraint, a closed store) fails the
+    /// same way again.
+    pub fn is_transient(&self) -> bool {
+        use ExecErrorKind::{Capacity, CircuitOpen, Connection, Saturated, Timeout};
+        matches!(self.exec_kind(), Some(Saturated | CircuitOpen | Connection | Timeout | Capacity))
+            || self.is_lock_timeout()
+    }
+
     /// The task as a timed-out wait last saw it, for [`Error::TaskTimeout`].
     pub fn last_snapshot(&self) -> Option<&crate::task::Task> {
         match self {

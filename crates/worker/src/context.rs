@@ -483,8 +483,10 @@ impl<E: PgExecutor> TaskContext<E> {
 
     /// Snoozes the task now, as the worker would on
     /// `Err(TaskError::snooze(delay))`: queued again, due after `delay`,
-    /// its attempt unspent. See [`TaskContext::complete`].
+    /// its attempt unspent. A delay past [`waymark_store::MAX_SNOOZE`] is
+    /// cut to it. See [`TaskContext::complete`].
     pub async fn snooze(&self, delay: Duration) -> Result<Option<Task>> {
+        let delay = delay.min(waymark_store::MAX_SNOOZE);
         self.settle_now(Settlement::Snooze { lease: self.lease().clone(), delay }).await
     }
 

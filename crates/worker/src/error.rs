@@ -42,9 +42,10 @@ impl TaskError {
     /// "Not yet, try in `delay`": the task is queued again, due after
     /// `delay`, without spending an attempt and without touching its error
     /// (a rate-limited API, a resource not ready). A cancel request still
-    /// wins. At most [`waymark_store::MAX_SNOOZE`]; a longer snooze fails
-    /// the settlement with a bad-argument error and the lease decides.
+    /// wins. A delay past [`waymark_store::MAX_SNOOZE`] (ten years) is cut
+    /// to it.
     pub fn snooze(delay: Duration) -> Self {
+        let delay = delay.min(waymark_store::MAX_SNOOZE);
         TaskError { snooze: Some(delay), ..TaskError::new(format!("snoozed for {delay:?}")).kind("Snooze") }
     }
 

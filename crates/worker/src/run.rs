@@ -354,8 +354,9 @@ pub(crate) fn settlement_for<E: PgExecutor + 'static>(
     }
     // Shutdown gives it back, however the handler answered its token: an
     // Err must not spend an attempt, an Ok of a run told to stop must not
-    // count as done.
-    let end = end.filter(|_| running.reason() != Some(CancelReason::Shutdown))?;
+    // count as done. A snooze spends none either, and keeps its delay.
+    let snoozed = matches!(&end, Some(RunEnd::Handler(Outcome::Failed(e))) if e.snoozed().is_some());
+    let end = end.filter(|_| snoozed || running.reason() != Some(CancelReason::Shutdown))?;
     if !running.take_settlement() {
         return None; // settled by the handler, or given back at shutdown
     }
@@ -492,7 +493,5 @@ where
 
 /// A failure that may pass: worth another try.
 pub(crate) fn passing(e: &Error) -> bool {
-    use waymark_store::ExecErrorKind::*;
-    matches!(e.exec_kind(), Some(Saturated | CircuitOpen | Connection | Timeout | Capacity))
-        || e.is_lock_timeout()
+    e.is_transient()
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
-use waymark_store::{PgExecutor, Result, Settled, Settlement, Store};
+use waymark_store::{ExecError, PgExecutor, Result, Settled, Settlement, Store};
 
 type Reply = oneshot::Sender<Result<Settled>>;
 
@@ -143,8 +143,20 @@ async fn flush<E: PgExecutor>(store: &Store<E>, batch: Vec<(Settlement, Reply)>)
             // commit after all (its answer lost), each re-run finds its task
             // settled and reports a lost lease; the rows are right either way.
             tracing::warn!(error = %e, size = items.len(), "batched settlement failed; settling one by one");
+            // A snooze cannot be resent blind when the batch may have
+            // committed: it gives the attempt back, so its fence also
+            // matches this worker's re-claim of the task. Its run resends
+            // it (`run::settle_again`), which stops once a re-claim here
+            // has marked that run lost.
+            let unknown = crate::run::passing(&e).then(|| e.exec_kind()).flatten();
             for (s, reply) in items.iter().zip(replies) {
-                let _ = reply.send(settle_one(store, s).await);
+                let out = match (s, unknown) {
+                    (Settlement::Snooze { .. }, Some(kind)) => {
+                        Err(ExecError::new(kind, e.to_string()).into())
+                    }
+                    _ => settle_one(store, s).await,
+                };
+                let _ = reply.send(out);
             }
         }
     }
