@@ -15,6 +15,7 @@ mod binding;
 mod chart;
 mod dashboard;
 mod explain;
+mod limits;
 mod measure;
 mod python;
 mod scenarios;
@@ -43,7 +44,8 @@ const ROUNDS_LATENCY: usize = 2;
 const ROUNDS_MIXED: usize = 2;
 const ROUNDS_SWEEP: usize = 4;
 const ROUNDS_OTEL: usize = 6;
-const SCENARIOS: [&str; 6] = ["enqueue", "drain", "latency", "mixed", "sweep", "otel"];
+const ROUNDS_LIMITS: usize = 4;
+const SCENARIOS: [&str; 7] = ["enqueue", "drain", "latency", "mixed", "sweep", "otel", "limits"];
 
 /// Worker settings the drain tries: (concurrency, settle batch).
 const DRAIN_SETTINGS: [(usize, usize); 5] = [(128, 64), (512, 256), (1024, 512), (2048, 1024), (4096, 1024)];
@@ -167,6 +169,9 @@ async fn all(which: &[&str], rounds: Option<usize>) -> Result<(), String> {
     }
     if which.contains(&"otel") {
         rows.extend(telemetry::telemetry_cost(&server, n(ROUNDS_OTEL)).await?);
+    }
+    if which.contains(&"limits") {
+        rows.extend(limits::limit_cost(&server, n(ROUNDS_LIMITS)).await?);
     }
     report(&rows);
     Ok(())

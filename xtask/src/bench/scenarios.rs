@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use waymark_pool::PgPool;
 use waymark_store::{ConnectOptions, NewTask, Store};
-use waymark_worker::Worker;
+use waymark_worker::{Worker, WorkerBuilder};
 
 use super::measure::{CpuClock, Round, Stamps};
 use super::{
@@ -130,6 +130,17 @@ pub(super) fn worker(
     settle: usize,
     on_start: Arc<dyn Fn(&serde_json::Value) + Send + Sync>,
 ) -> Result<Worker<PgPool>, String> {
+    worker_builder(store, queue, concurrency, settle, on_start).build().map_err(|e| e.to_string())
+}
+
+/// The bench's worker before it is built: one no-op handler on `queue`.
+pub(super) fn worker_builder(
+    store: &Arc<Store<PgPool>>,
+    queue: &str,
+    concurrency: usize,
+    settle: usize,
+    on_start: Arc<dyn Fn(&serde_json::Value) + Send + Sync>,
+) -> WorkerBuilder<PgPool> {
     Worker::builder(store.clone())
         .queues([queue])
         .concurrency(concurrency)
@@ -139,8 +150,6 @@ pub(super) fn worker(
             on_start(&p);
             async move { Ok(()) }
         })
-        .build()
-        .map_err(|e| e.to_string())
 }
 
 /// One waymark drain of a fresh backlog of [`TASKS`].
@@ -162,13 +171,18 @@ pub(super) async fn observed_drain(
         None => store,
     };
     backlog(&store, "bench", TASKS).await?;
-    let w = worker(&store, "bench", concurrency, settle, Arc::new(|_| {}))?;
+    drain_with(worker(&store, "bench", concurrency, settle, Arc::new(|_| {}))?).await
+}
+
+/// Runs `w` until it has settled [`TASKS`], timed from its start.
+pub(super) async fn drain_with(w: Worker<PgPool>) -> Result<Round, String> {
     let handle = w.handle();
     let clock = CpuClock::start();
     let started = Instant::now();
     let run = tokio::spawn(w.run());
     while (handle.settled() as usize) < TASKS {
         if started.elapsed() > Duration::from_secs(120) {
+            handle.shutdown();
             return Err("drain: waymark did not finish in 120 s".to_owned());
         }
         tokio::time::sleep(Duration::from_millis(2)).await;

@@ -269,12 +269,12 @@ async fn claim_draw<S: PgSession + ?Sized>(s: &mut S, req: &ClaimRequest) -> Res
 }
 
 /// How many due rows per queue a limited claim looks at: enough to fill
-/// the claim, and, with groups, to find other groups' rows behind a run of
-/// one group's at its limit (a longer run than this waits for the head to
-/// drain).
+/// the claim, and, with groups, some more for groups that have fewer free
+/// slots than rows in the scan (the rows of groups at their limit are
+/// passed over by the statement, so they never fill the scan).
 fn limited_scan(limit: i64, grouped: bool) -> i64 {
     if grouped {
-        limit.saturating_mul(8).clamp(256, 4096)
+        limit.saturating_mul(2).clamp(256, 4096)
     } else {
         limit
     }
