@@ -615,3 +615,104 @@ async fn a_worker_whose_store_is_closed_stops_and_reports_it() {
     assert!(errors.lock().unwrap().iter().any(|closed| *closed), "the hook heard StoreClosed");
     schema.drop().await;
 }
+
+/// Counts handlers at work and the most seen at once.
+#[derive(Default)]
+struct AtOnce {
+    now: AtomicUsize,
+    most: AtomicUsize,
+}
+
+impl AtOnce {
+    fn enter(&self) {
+        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(n, Ordering::SeqCst);
+    }
+
+    fn leave(&self) {
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// With short calls a worker claims ahead of its free slots (a worker of
+/// two slots holds more running rows than two), never running more than
+/// two handlers at once; when the calls turn long, what it claimed ahead
+/// goes back to the queue with its attempt unspent, for any worker to
+/// take, and it claims ahead no more while the long calls run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_claims_ahead_only_while_calls_are_short() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let at_once = Arc::new(AtOnce::default());
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (seen, open) = (at_once.clone(), gate.clone());
+    let w = Worker::builder(store.clone())
+        .concurrency(2)
+        .task("work", move |_ctx, p: serde_json::Value| {
+            let (seen, open) = (seen.clone(), open.clone());
+            async move {
+                seen.enter();
+                if p["slow"] == true {
+                    open.acquire().await.expect("gate").forget();
+                }
+                seen.leave();
+                Ok(())
+            }
+        })
+        .build()
+        .expect("worker");
+    let (handle, run) = spawn(w);
+
+    // Short calls: held rows pass the two slots, handlers never do.
+    let quick: Vec<NewTask> = (0..2000).map(|i| NewTask::new("work", json!({ "i": i }))).collect();
+    store.submit_batch(quick).await.expect("quick tasks");
+    let s = store.clone();
+    let most_held = Arc::new(AtomicUsize::new(0));
+    let held = most_held.clone();
+    eventually(Duration::from_secs(60), "the quick tasks to succeed", || {
+        let (s, held) = (s.clone(), held.clone());
+        async move {
+            let c = s.stats(None).await.expect("stats")["default"];
+            held.fetch_max(c.running as usize, Ordering::SeqCst);
+            c.succeeded == 2000
+        }
+    })
+    .await;
+    assert!(most_held.load(Ordering::SeqCst) > 2, "claimed ahead of its two slots: {most_held:?}");
+    assert!(at_once.most.load(Ordering::SeqCst) <= 2, "never more than two handlers at once");
+
+    // Long calls: two run; whatever was claimed ahead goes back, unspent.
+    let slow: Vec<NewTask> = (0..20).map(|i| NewTask::new("work", json!({ "i": i, "slow": true }))).collect();
+    store.submit_batch(slow).await.expect("slow tasks");
+    let s = store.clone();
+    eventually(Duration::from_secs(10), "two slow tasks running, the rest queued", || {
+        let s = s.clone();
+        async move {
+            let c = s.stats(None).await.expect("stats")["default"];
+            (c.running, c.queued) == (2, 18)
+        }
+    })
+    .await;
+    let queued = store
+        .list(&waymark_store::ListFilter { status: Some(TaskStatus::Queued), ..Default::default() })
+        .await
+        .expect("list");
+    assert!(queued.iter().all(|t| t.attempt == 0), "given back with the attempt unspent");
+    // While the long calls run, nothing more is claimed ahead. (A negative
+    // check: several of the worker's turns pass.)
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c = store.stats(None).await.expect("stats")["default"];
+    assert_eq!((c.running, c.queued), (2, 18), "no claim ahead behind long calls");
+
+    gate.add_permits(20);
+    let s = store.clone();
+    eventually(Duration::from_secs(30), "every task to succeed", || {
+        let s = s.clone();
+        async move { s.stats(None).await.expect("stats")["default"].succeeded == 2020 }
+    })
+    .await;
+    assert!(at_once.most.load(Ordering::SeqCst) <= 2, "never more than two handlers at once");
+    handle.shutdown();
+    run.await.expect("worker ends");
+    schema.drop().await;
+}

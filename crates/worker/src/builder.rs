@@ -94,7 +94,10 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
         self
     }
 
-    /// Most tasks running at once. Defaults to 10.
+    /// Most handler calls at once (a batch handler's call counts once).
+    /// A call's slot comes free when its handler ends; its settlement then
+    /// commits in the background, batched, so a worker of few slots is not
+    /// held to one settlement commit per turn. Defaults to 10.
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n;
         self

@@ -1,6 +1,6 @@
 //! The claim loop: claims for free slots, wakes on signals, starts runs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -8,13 +8,17 @@ use tokio::task::JoinSet;
 use waymark_store::{Error, PgExecutor, Signal};
 
 use crate::plan::Drawn;
-use crate::run::start_call;
+use crate::run::{give_back, register_call, start_call, Registered};
 use crate::settle::Settler;
 use crate::worker::Shared;
 
-/// How long the claim loop waits for more free slots before it claims for
-/// the few that are free.
+/// How long the claim loop waits at most for more free slots before it
+/// claims for the few that are free.
 const CLAIM_GATHER: Duration = Duration::from_millis(10);
+
+/// How long it waits for the next slot to free while gathering: slots
+/// freeing further apart than this are not worth a later claim.
+const CLAIM_GATHER_GAP: Duration = Duration::from_millis(1);
 
 /// The first pause before a failed claim is tried again; it doubles up
 /// to the poll interval while claims keep failing.
@@ -23,6 +27,42 @@ const CLAIM_RETRY_FIRST: Duration = Duration::from_millis(50);
 /// Claim transactions under way at once: while one commits, the next
 /// draws.
 const CLAIMS_IN_FLIGHT: usize = 2;
+
+/// How many tasks may be settling (their handlers ended, their
+/// settlements on their way) before the worker stops claiming: enough for
+/// the settlement batcher's flushes in flight, and never fewer than the
+/// worker's slots. A slot is free once its handler ends, so a worker of
+/// few slots claims again without waiting on its settlements' commits;
+/// this keeps a slow settlement path from letting claimed work pile up.
+pub(crate) fn settling_bound(concurrency: usize, settle_batch: usize) -> usize {
+    concurrency.max(settle_batch.saturating_mul(crate::settle::FLUSHES_IN_FLIGHT))
+}
+
+/// With short calls, the next claim's round trip, not the handlers, would
+/// bound a worker of few slots. So the worker claims ahead of its free
+/// slots what its slots will get through in this long, by the calls'
+/// average time, and holds it (leases renewed) until a slot frees: a
+/// claimed-ahead task waits about this long at most. Calls longer than
+/// this are claimed only into free slots, so no worker holds work another
+/// could start.
+const CLAIM_AHEAD_WINDOW: Duration = Duration::from_millis(5);
+
+/// The most calls claimed ahead.
+const CLAIM_AHEAD_MAX: usize = 256;
+
+/// A call claimed ahead that has waited this long for a slot goes back to
+/// its queue (released, its attempt unspent) for any worker to take: the
+/// calls it waits behind turned long. The worker then claims nothing
+/// ahead until another call ends and tells how long calls take now.
+const CLAIM_AHEAD_HOLD: Duration = Duration::from_millis(100);
+
+/// How many calls to claim ahead of the free slots (see
+/// [`CLAIM_AHEAD_WINDOW`]): none until a call has ended.
+fn claim_ahead(concurrency: usize, average: Option<Duration>) -> usize {
+    let Some(average) = average else { return 0 };
+    let per_slot = CLAIM_AHEAD_WINDOW.as_micros() / average.as_micros().max(1);
+    usize::try_from(per_slot).unwrap_or(usize::MAX).saturating_mul(concurrency).min(CLAIM_AHEAD_MAX)
+}
 
 /// Runs the claim loop until shutdown begins; what it claimed is started.
 pub(crate) async fn claim_loop<E: PgExecutor + 'static>(
@@ -59,6 +99,14 @@ struct ClaimLoop<'a, E> {
     /// poll interval, not at the next signal (which may be a poll away).
     retry_at: Option<tokio::time::Instant>,
     retry_pause: Duration,
+    /// See [`settling_bound`].
+    settling_bound: usize,
+    /// Calls claimed ahead of a free slot, oldest first, with when they
+    /// were claimed (see [`CLAIM_AHEAD_WINDOW`]).
+    ready: VecDeque<(Instant, Registered)>,
+    /// Set when calls claimed ahead were given back: the count of ended
+    /// calls then. Nothing is claimed ahead until another call ends.
+    ahead_paused_at: Option<u64>,
 }
 
 impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
@@ -75,6 +123,9 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
             last_probe: Instant::now(),
             retry_at: None,
             retry_pause: CLAIM_RETRY_FIRST,
+            settling_bound: settling_bound(shared.settings.concurrency, shared.settings.settle_batch),
+            ready: VecDeque::new(),
+            ahead_paused_at: None,
         }
     }
 
@@ -87,6 +138,8 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         let _ = watch.next().await;
         loop {
             while runs.try_join_next().is_some() {}
+            self.start_ready(runs);
+            self.give_back_stale(runs);
             if *stop.borrow() {
                 self.start_what_is_claimed(runs).await;
                 return;
@@ -96,7 +149,10 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                 self.spawn_claim(free);
                 continue;
             }
-            let slots_full = shared.settings.concurrency <= shared.running_count() + self.reserved;
+            let slots_full = self.free_slots() == 0;
+            // A freed slot or unit is a reason to claim again.
+            let refill = slots_full || (self.limited && self.dry);
+            let stale_at = self.stale_at();
             tokio::select! {
                 _ = stop.changed() => {}
                 Some(done) = self.claims.join_next_with_id(), if !self.claims.is_empty() => {
@@ -106,10 +162,13 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                     };
                     self.claimed(id, out, runs);
                 }
-                // With limits, a call that ends may free what a draw lacked.
-                _ = shared.state.slot_freed.notified(), if slots_full || (self.limited && self.dry) => {
-                    self.dry = false;
+                // A call that ends frees a slot for a call claimed ahead;
+                // with limits, it may free what a draw lacked.
+                _ = shared.state.slot_freed.notified(), if refill || !self.ready.is_empty() => {
+                    self.dry &= !refill;
                 }
+                // A call claimed ahead may wait so long: then it goes back.
+                _ = sleep_until_some(stale_at), if stale_at.is_some() => {}
                 _ = sleep_until_some(self.retry_at), if self.retry_at.is_some() => {
                     (self.dry, self.retry_at) = (false, None);
                 }
@@ -122,23 +181,82 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         }
     }
 
+    /// Calls to claim for: the slots no handler holds, nor a claim under
+    /// way asked for, nor a call claimed ahead waits for; with short calls,
+    /// some more ahead of them ([`claim_ahead`]). None while the settling
+    /// tasks are at their bound.
     fn free_slots(&self) -> usize {
-        self.shared.settings.concurrency.saturating_sub(self.shared.running_count() + self.reserved)
+        let settling = self.shared.state.settling.load(std::sync::atomic::Ordering::SeqCst);
+        if settling >= self.settling_bound {
+            return 0;
+        }
+        self.room().saturating_sub(self.shared.running_count() + self.reserved + self.ready.len())
+    }
+
+    /// The calls the worker may hold unsettled-and-unended: its slots, and
+    /// those it claims ahead of them.
+    fn room(&self) -> usize {
+        let concurrency = self.shared.settings.concurrency;
+        let calls = &self.shared.state.call_time;
+        if self.ahead_paused_at.is_some_and(|at| calls.ended() == at) {
+            return concurrency;
+        }
+        concurrency + claim_ahead(concurrency, calls.average())
+    }
+
+    /// When the oldest call claimed ahead will have waited too long.
+    fn stale_at(&self) -> Option<tokio::time::Instant> {
+        self.ready.front().map(|(at, _)| tokio::time::Instant::from_std(*at + CLAIM_AHEAD_HOLD))
+    }
+
+    /// Gives back the calls claimed ahead that waited [`CLAIM_AHEAD_HOLD`]
+    /// for a slot, and claims nothing ahead until another call ends.
+    fn give_back_stale(&mut self, runs: &mut JoinSet<()>) {
+        let mut stale = Vec::new();
+        while self.ready.front().is_some_and(|(at, _)| at.elapsed() >= CLAIM_AHEAD_HOLD) {
+            stale.push(self.ready.pop_front().expect("not empty").1);
+        }
+        if stale.is_empty() {
+            return;
+        }
+        self.ahead_paused_at = Some(self.shared.state.call_time.ended());
+        tracing::debug!(
+            calls = stale.len(),
+            "calls claimed ahead waited too long for a slot; giving them back"
+        );
+        for call in stale {
+            runs.spawn(give_back(self.shared.clone(), call));
+        }
+    }
+
+    /// Starts calls claimed ahead, oldest first, while slots are free.
+    fn start_ready(&mut self, runs: &mut JoinSet<()>) {
+        while !self.ready.is_empty() && self.shared.running_count() < self.shared.settings.concurrency {
+            let (_, call) = self.ready.pop_front().expect("not empty");
+            start_call(self.shared, self.settler, runs, call);
+        }
     }
 
     /// The slots free now. Claims go in batches: with a few slots free while
-    /// others run, wait a moment for more to free up, so one claim
-    /// transaction fills many.
+    /// others run, wait for more to free up, so one claim transaction fills
+    /// many, but only while they keep freeing fast (each within
+    /// [`CLAIM_GATHER_GAP`] of the last, and all within [`CLAIM_GATHER`]):
+    /// short handlers fill a claim, and a slot freed among long ones is
+    /// claimed for at once.
     async fn gather_free_slots(&self) -> usize {
         let shared = self.shared;
         let mut free = self.free_slots();
-        let batch = (shared.settings.concurrency / 4).max(1);
+        let batch = (shared.settings.concurrency / 2).max(1);
         let busy = shared.running_count() + self.reserved > 0;
         if !self.dry && free > 0 && free < batch && busy && self.claims.len() < CLAIMS_IN_FLIGHT {
             let deadline = tokio::time::Instant::now() + CLAIM_GATHER;
-            while free < batch
-                && tokio::time::timeout_at(deadline, shared.state.slot_freed.notified()).await.is_ok()
-            {
+            loop {
+                let gap = (tokio::time::Instant::now() + CLAIM_GATHER_GAP).min(deadline);
+                if free >= batch
+                    || tokio::time::timeout_at(gap, shared.state.slot_freed.notified()).await.is_err()
+                {
+                    break;
+                }
                 free = self.free_slots();
             }
             free = self.free_slots();
@@ -179,17 +297,32 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         } else {
             self.retry_pause = CLAIM_RETRY_FIRST;
         }
-        start_all(self.shared, self.settler, runs, out);
+        self.take(out);
+        self.start_ready(runs);
     }
 
-    /// At shutdown: claimed tasks are ours, so run them, and shutdown
-    /// settles or gives them back like the rest.
+    /// Registers what a claim drew, to start as slots free.
+    fn take(&mut self, drawn: Drawn) {
+        let now = Instant::now();
+        for call in drawn.calls {
+            self.ready.push_back((now, register_call(self.shared, call)));
+        }
+        if let Some(e) = drawn.error {
+            self.shared.report("claim", e);
+        }
+    }
+
+    /// At shutdown: claimed tasks are ours, so run them (claimed ahead or
+    /// not), and shutdown settles or gives them back like the rest.
     async fn start_what_is_claimed(&mut self, runs: &mut JoinSet<()>) {
         while let Some(done) = self.claims.join_next().await {
             match done {
-                Ok(out) => start_all(self.shared, self.settler, runs, out),
+                Ok(out) => self.take(out),
                 Err(e) => self.shared.report("claim", claim_panicked(e)),
             }
+        }
+        for (_, call) in self.ready.drain(..) {
+            start_call(self.shared, self.settler, runs, call);
         }
     }
 }
@@ -209,16 +342,24 @@ fn claim_panicked(e: tokio::task::JoinError) -> Error {
     ))
 }
 
-fn start_all<E: PgExecutor + 'static>(
-    shared: &Arc<Shared<E>>,
-    settler: &Settler,
-    runs: &mut JoinSet<()>,
-    drawn: Drawn,
-) {
-    for call in drawn.calls {
-        start_call(shared, settler, runs, call);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_are_claimed_ahead_for_the_window_only_while_short() {
+        let ms = Duration::from_millis;
+        assert_eq!(claim_ahead(10, None), 0, "nothing ahead before a call has ended");
+        assert_eq!(claim_ahead(10, Some(ms(1))), 50, "five calls per slot in 5 ms");
+        assert_eq!(claim_ahead(10, Some(Duration::from_micros(20))), CLAIM_AHEAD_MAX, "capped");
+        assert_eq!(claim_ahead(10, Some(ms(5))), 10, "one per slot at the window");
+        assert_eq!(claim_ahead(10, Some(ms(6))), 0, "none for calls longer than the window");
+        assert_eq!(claim_ahead(10, Some(Duration::ZERO)), CLAIM_AHEAD_MAX);
     }
-    if let Some(e) = drawn.error {
-        shared.report("claim", e);
+
+    #[test]
+    fn settling_is_bounded_by_the_flushes_and_never_below_the_slots() {
+        assert_eq!(settling_bound(10, 64), 64 * crate::settle::FLUSHES_IN_FLIGHT);
+        assert_eq!(settling_bound(4096, 64), 4096);
     }
 }

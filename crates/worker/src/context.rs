@@ -224,7 +224,8 @@ impl Running {
         self.pending.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
-    /// Ties this run to its call (see `run::CallHold`), or unties it.
+    /// Ties this run to its call's slot and units (see `run::SlotHold` and
+    /// `run::UnitsHold`), or unties it.
     pub(crate) fn hold_call(&self, call: Option<Arc<dyn std::any::Any + Send + Sync>>) {
         *self.call.lock().unwrap_or_else(|p| p.into_inner()) = call;
     }

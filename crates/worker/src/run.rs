@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -25,19 +25,17 @@ use crate::worker::Shared;
 /// token, before its future is dropped.
 pub(crate) const STOP_GRACE: Duration = Duration::from_millis(500);
 
-/// Starts one handler call: a task, or a batch of one name's tasks.
-pub(crate) fn start_call<E: PgExecutor + 'static>(
-    shared: &Arc<Shared<E>>,
-    settler: &Settler,
-    runs: &mut JoinSet<()>,
-    call: Call,
-) {
+/// A claimed call, registered (its tasks in the running map, so their
+/// leases are renewed and a cancel reaches them) and waiting for a slot.
+pub(crate) struct Registered {
+    tasks: Vec<Task>,
+    units: Units,
+    running: Vec<Arc<Running>>,
+}
+
+/// Registers one claimed call (see [`Registered`]); [`start_call`] runs it.
+pub(crate) fn register_call<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, call: Call) -> Registered {
     let Call { tasks, units } = call;
-    let Some(first) = tasks.first() else { return };
-    let batch = match shared.handlers.get(&first.name).map(|r| &r.kind) {
-        Some(Kind::Batch(handler, _)) => Some(handler.clone()),
-        _ => None,
-    };
     let observer = shared.store.observer();
     let running: Vec<Arc<Running>> = tasks
         .iter()
@@ -46,13 +44,6 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
             Running::new(lease_of(shared, task), shared.state.events.clone(), scope)
         })
         .collect();
-    // From here, whatever happens (a panic, a spawn refused while the
-    // runtime shuts down, which drops the future), the slot comes free.
-    let hold = CallHold::new(shared, units);
-    for run in &running {
-        run.hold_call(Some(hold.clone()));
-    }
-    let slot = Slot { shared: shared.clone(), running: running.clone(), _hold: hold };
     for (task, run) in tasks.iter().zip(&running) {
         let previous =
             shared.state.running.lock().expect("running lock").insert(task.id.clone(), run.clone());
@@ -67,18 +58,71 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
             attempt: task.attempt,
         });
     }
+    Registered { tasks, units, running }
+}
+
+/// Gives back a registered call that never started (see
+/// `claim_loop::CLAIM_AHEAD_HOLD`): each task released, its attempt
+/// unspent, then its entry out of the running map.
+pub(crate) async fn give_back<E: PgExecutor + 'static>(shared: Arc<Shared<E>>, call: Registered) {
+    let Registered { running, .. } = call;
+    for r in &running {
+        if !r.is_lost() && r.take_settlement() {
+            crate::shutdown::release(&shared, r).await;
+        }
+    }
+    let mut map = shared.state.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    for r in &running {
+        r.mark_ended();
+        if map.get(r.id()).is_some_and(|held| Arc::ptr_eq(held, r)) {
+            map.remove(r.id());
+        }
+    }
+}
+
+/// Starts one registered handler call: a task, or a batch of one name's
+/// tasks, in a slot of its own.
+pub(crate) fn start_call<E: PgExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    settler: &Settler,
+    runs: &mut JoinSet<()>,
+    call: Registered,
+) {
+    let Registered { tasks, units, running } = call;
+    let Some(first) = tasks.first() else { return };
+    let batch = match shared.handlers.get(&first.name).map(|r| &r.kind) {
+        Some(Kind::Batch(handler, _)) => Some(handler.clone()),
+        _ => None,
+    };
+    // From here, whatever happens (a panic, a spawn refused while the
+    // runtime shuts down, which drops the future), the slot comes free.
+    let place = SlotHold::new(shared);
+    let units = UnitsHold::new(shared, units);
+    let both: Arc<dyn std::any::Any + Send + Sync> = Arc::new((place.clone(), units.clone()));
+    for run in &running {
+        run.hold_call(Some(both.clone()));
+    }
+    drop(both);
+    let slot = Slot {
+        shared: shared.clone(),
+        running: running.clone(),
+        place: Mutex::new(Some(place)),
+        _units: units,
+        started: Instant::now(),
+    };
     let is_batch = batch.is_some();
     let shared = shared.clone();
     let settler = settler.clone();
     let tasks: Vec<Arc<Task>> = tasks.into_iter().map(Arc::new).collect();
     runs.spawn(async move {
-        let _slot = slot;
+        let slot = slot;
         let body = async {
             match batch {
-                Some(handler) => run_batch(&shared, &settler, handler, &tasks, &running).await,
+                Some(handler) => run_batch(&shared, &settler, handler, &tasks, &running, &slot).await,
                 None => {
                     let (task, run) = (&tasks[0], &running[0]);
                     let outcome = run_handler(&shared, task, run).await;
+                    slot.handler_ended();
                     settle(&shared, &settler, task, run, outcome).await;
                 }
             }
@@ -104,27 +148,48 @@ fn lease_of<E>(shared: &Shared<E>, task: &Task) -> Lease {
     Lease::new(task.id.clone(), &*shared.settings.worker_id).on_attempt(task.attempt)
 }
 
-/// A call's place in the worker: one of its `concurrency` slots and the
-/// units it drew. Given back (units first, then the slot, then the claim
-/// loop woken) when the last holder lets go: the call's [`Slot`], or a
+/// A call's place among the worker's `concurrency` slots. Given back (and
+/// the claim loop woken) when the last holder lets go: the call's [`Slot`]
+/// once the handler has ended (its settlement need not wait for it), or a
 /// blocking closure that outlives its run.
-pub(crate) struct CallHold<E> {
+pub(crate) struct SlotHold<E> {
+    shared: Arc<Shared<E>>,
+}
+
+impl<E> SlotHold<E> {
+    fn new(shared: &Arc<Shared<E>>) -> Arc<Self> {
+        shared.state.busy.fetch_add(1, Ordering::SeqCst);
+        Arc::new(SlotHold { shared: shared.clone() })
+    }
+}
+
+impl<E> Drop for SlotHold<E> {
+    fn drop(&mut self) {
+        self.shared.state.busy.fetch_sub(1, Ordering::SeqCst);
+        self.shared.state.slot_freed.notify_one();
+    }
+}
+
+/// The units a call drew (resources, a handler's `max_running`). Given
+/// back (and the claim loop woken) when the last holder lets go: the
+/// call's [`Slot`] once its tasks are settled, so a limit counts the tasks
+/// whose rows are still running, as a fleet limit does; or a blocking
+/// closure that outlives its run.
+pub(crate) struct UnitsHold<E> {
     shared: Arc<Shared<E>>,
     units: Option<Units>,
 }
 
-impl<E: Send + Sync + 'static> CallHold<E> {
+impl<E> UnitsHold<E> {
     fn new(shared: &Arc<Shared<E>>, units: Units) -> Arc<Self> {
-        shared.state.busy.fetch_add(1, Ordering::SeqCst);
-        Arc::new(CallHold { shared: shared.clone(), units: Some(units) })
+        Arc::new(UnitsHold { shared: shared.clone(), units: Some(units) })
     }
 }
 
-impl<E> Drop for CallHold<E> {
+impl<E> Drop for UnitsHold<E> {
     fn drop(&mut self) {
         // The units first: a claim the wakeup starts must find them free.
         drop(self.units.take());
-        self.shared.state.busy.fetch_sub(1, Ordering::SeqCst);
         self.shared.state.slot_freed.notify_one();
     }
 }
@@ -133,10 +198,36 @@ impl<E> Drop for CallHold<E> {
 /// leave the running map (those that are still this call's), except past
 /// the shutdown grace: shutdown owns the map then, and a run it stopped
 /// ends unsettled, its lease renewed until shutdown gives the task back.
+///
+/// The call's slot goes earlier, when the handler ends
+/// ([`Slot::handler_ended`]): a slot bounds handlers at work, and tasks
+/// whose settlements are on their way (batched, committing) count among
+/// the worker's settling tasks (`State::settling`), bounded apart. Its
+/// units go with it, after the settlement.
 pub(crate) struct Slot<E> {
     shared: Arc<Shared<E>>,
     running: Vec<Arc<Running>>,
-    _hold: Arc<CallHold<E>>,
+    place: Mutex<Option<Arc<SlotHold<E>>>>,
+    _units: Arc<UnitsHold<E>>,
+    started: Instant,
+}
+
+impl<E> Slot<E> {
+    /// The handler has ended: the call's slot comes free (unless a
+    /// blocking closure still holds it) while its tasks' settlements go
+    /// on, counted as settling until this slot drops.
+    pub(crate) fn handler_ended(&self) {
+        let place = self.place.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        if place.is_none() {
+            return;
+        }
+        self.shared.state.settling.fetch_add(self.running.len(), Ordering::SeqCst);
+        self.shared.state.call_time.record(self.started.elapsed());
+        for run in &self.running {
+            run.hold_call(None);
+        }
+        drop(place);
+    }
 }
 
 impl<E> Drop for Slot<E> {
@@ -150,8 +241,15 @@ impl<E> Drop for Slot<E> {
                 map.remove(run.id());
             }
         }
-        // `_hold` goes after this body: the call's slot and units come free
-        // then, unless a blocking closure still holds them.
+        drop(map);
+        let place = self.place.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        if place.is_none() {
+            // Settled after its handler ended: its tasks stop settling.
+            self.shared.state.settling.fetch_sub(self.running.len(), Ordering::SeqCst);
+            self.shared.state.slot_freed.notify_one();
+        }
+        // The slot (if the handler never ended) and the units go at the
+        // end of this body, unless a blocking closure still holds them.
     }
 }
 
@@ -164,6 +262,7 @@ async fn run_batch<E: PgExecutor + 'static>(
     handler: Arc<dyn BatchHandler<E>>,
     tasks: &[Arc<Task>],
     running: &[Arc<Running>],
+    slot: &Slot<E>,
 ) {
     let items: Vec<_> =
         tasks.iter().zip(running).map(|(t, r)| (context(shared, t, r), t.payload.clone())).collect();
@@ -194,6 +293,7 @@ async fn run_batch<E: PgExecutor + 'static>(
         }
     };
     let took = started.elapsed();
+    slot.handler_ended();
     futures::future::join_all(tasks.iter().zip(running).map(|(task, run)| {
         let end = end_of(task);
         if let Some(end) = &end {

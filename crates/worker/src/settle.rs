@@ -77,7 +77,7 @@ impl Batcher {
 }
 
 /// Batches in flight at once: while one commits, the next fills.
-const FLUSHES_IN_FLIGHT: usize = 4;
+pub(crate) const FLUSHES_IN_FLIGHT: usize = 4;
 
 async fn batch_loop<E: PgExecutor + 'static>(
     store: Arc<Store<E>>,

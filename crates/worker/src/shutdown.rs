@@ -99,6 +99,6 @@ pub(crate) async fn release<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r:
         Err(e) if e.is_lost_lease() && resent => {
             tracing::debug!(task = %r.id(), "a resent release found the task given back already");
         }
-        Err(e) => shared.report(format!("release {} at shutdown (left to its lease)", r.id()), e),
+        Err(e) => shared.report(format!("giving back {} (left to its lease)", r.id()), e),
     }
 }

@@ -53,9 +53,16 @@ pub(crate) struct State {
     /// Unsettled tasks by id: what the heartbeat renews. Past the shutdown
     /// grace, shutdown alone takes entries out.
     pub(crate) running: Mutex<HashMap<String, Arc<Running>>>,
-    /// Runs in flight. Counted apart from `running`: a task re-claimed
-    /// while our earlier run of it winds down holds two slots, one entry.
+    /// Calls whose handlers have not ended (each holds a slot). Counted
+    /// apart from `running`: a task re-claimed while our earlier run of it
+    /// is still in its handler holds two slots, one entry.
     pub(crate) busy: AtomicUsize,
+    /// Tasks whose calls' handlers have ended and whose settlements are on
+    /// their way: they hold no slot, and the claim loop keeps them within a
+    /// bound of their own (`claim_loop::settling_bound`).
+    pub(crate) settling: AtomicUsize,
+    /// How long handler calls take, smoothed.
+    pub(crate) call_time: CallTime,
     pub(crate) slot_freed: Notify,
     pub(crate) stop: watch::Sender<bool>,
     /// Set when shutdown's grace period has passed: runs still going stop.
@@ -66,6 +73,42 @@ pub(crate) struct State {
     pub(crate) heartbeats_paused: std::sync::atomic::AtomicBool,
     pub(crate) settled: AtomicU64,
     pub(crate) events: Events,
+}
+
+/// How long handler calls take: a moving average of the last few dozen
+/// (each new one weighs an eighth), unknown before the first ends. The
+/// claim loop claims ahead of its free slots only while calls are short.
+#[derive(Debug)]
+pub(crate) struct CallTime {
+    average_micros: AtomicU64,
+    ended: AtomicU64,
+}
+
+impl Default for CallTime {
+    fn default() -> Self {
+        CallTime { average_micros: AtomicU64::new(u64::MAX), ended: AtomicU64::new(0) }
+    }
+}
+
+impl CallTime {
+    pub(crate) fn record(&self, took: Duration) {
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX - 1).min(u64::MAX - 1);
+        let _ = self.average_micros.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+            Some(if old == u64::MAX { micros } else { old - old / 8 + micros / 8 })
+        });
+        self.ended.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many calls have ended.
+    pub(crate) fn ended(&self) -> u64 {
+        self.ended.load(Ordering::Relaxed)
+    }
+
+    /// The average, once a call has ended.
+    pub(crate) fn average(&self) -> Option<Duration> {
+        let micros = self.average_micros.load(Ordering::Relaxed);
+        (micros != u64::MAX).then(|| Duration::from_micros(micros))
+    }
 }
 
 /// Everything the worker's tasks share: its store and handlers, its

@@ -19,6 +19,7 @@ mod limits;
 mod measure;
 mod python;
 mod scenarios;
+mod spread;
 mod telemetry;
 
 use scenarios::{drain, enqueue_batch, enqueue_single, latency, mixed, sweep};
@@ -45,7 +46,8 @@ const ROUNDS_MIXED: usize = 2;
 const ROUNDS_SWEEP: usize = 4;
 const ROUNDS_OTEL: usize = 6;
 const ROUNDS_LIMITS: usize = 4;
-const SCENARIOS: [&str; 7] = ["enqueue", "drain", "latency", "mixed", "sweep", "otel", "limits"];
+const ROUNDS_SPREAD: usize = 4;
+const SCENARIOS: [&str; 8] = ["enqueue", "drain", "latency", "mixed", "sweep", "otel", "limits", "spread"];
 
 /// Worker settings the drain tries: (concurrency, settle batch).
 const DRAIN_SETTINGS: [(usize, usize); 5] = [(128, 64), (512, 256), (1024, 512), (2048, 1024), (4096, 1024)];
@@ -172,6 +174,9 @@ async fn all(which: &[&str], rounds: Option<usize>) -> Result<(), String> {
     }
     if which.contains(&"limits") {
         rows.extend(limits::limit_cost(&server, n(ROUNDS_LIMITS)).await?);
+    }
+    if which.contains(&"spread") {
+        rows.extend(spread::spread_cost(&server, n(ROUNDS_SPREAD)).await?);
     }
     report(&rows);
     Ok(())

@@ -193,16 +193,33 @@ pub(super) async fn drain_with(w: Worker<PgPool>) -> Result<Round, String> {
     Ok(round)
 }
 
+/// A drain as a user who sets nothing gets it: the pool's and the
+/// worker's defaults, only the queue and the handler named.
+async fn default_drain(server: &str) -> Result<Round, String> {
+    let (url, _) = fresh(server, "waymark_bench_drain").await?;
+    let pool = PgPool::builder(&url).build().map_err(|e| e.to_string())?;
+    let store = Arc::new(Store::connect(pool, ConnectOptions::default()).await.map_err(|e| e.to_string())?);
+    backlog(&store, "bench", TASKS).await?;
+    let w = Worker::builder(store)
+        .queues(["bench"])
+        .task("bench.noop", |_ctx, _p: serde_json::Value| async move { Ok(()) })
+        .build()
+        .map_err(|e| e.to_string())?;
+    drain_with(w).await
+}
+
 pub(super) async fn drain(server: &str, n: usize) -> Result<Vec<Row>, String> {
     let mut rows: Vec<Row> = DRAIN_SETTINGS
         .iter()
         .map(|(c, s)| Row::new("waymark", "drain", format!("concurrency {c}, settle batch {s}")))
         .collect();
+    rows.push(Row::new("waymark", "drain", "default settings (concurrency 10, settle batch 64)"));
     rows.push(Row::new(baseline::SYSTEM, "drain", "2 connections, claims of 500"));
     let mut runs: Vec<RoundFn<'_>> = DRAIN_SETTINGS
         .iter()
         .map(|&(c, s)| -> RoundFn<'_> { Box::new(move || Box::pin(waymark_drain(server, c, s))) })
         .collect();
+    runs.push(Box::new(|| Box::pin(default_drain(server))));
     runs.push(Box::new(|| {
         Box::pin(async move {
             let (url, store) = fresh(server, "waymark_bench_drain").await?;
@@ -215,6 +232,7 @@ pub(super) async fn drain(server: &str, n: usize) -> Result<Vec<Row>, String> {
     rounds(n, &mut rows, &runs).await?;
 
     let base = rows.pop().expect("the baseline row");
+    let defaults = rows.pop().expect("the default settings' row");
     let tried: Vec<(String, f64)> =
         DRAIN_SETTINGS.iter().zip(&rows).map(|((c, s), r)| (format!("{c} ({s})"), r.tasks_per_s())).collect();
     let reference = python::drain_reference(server, TASKS).await;
@@ -231,7 +249,13 @@ pub(super) async fn drain(server: &str, n: usize) -> Result<Vec<Row>, String> {
         .into_iter()
         .max_by(|a, b| a.tasks_per_s().total_cmp(&b.tasks_per_s()))
         .expect("settings were tried");
-    Ok([Some(best), Some(base), reference].into_iter().flatten().collect())
+    println!(
+        "drain: waymark at its default settings -> {:.0} tasks/s, {:.2} of its best setting ({})",
+        defaults.tasks_per_s(),
+        defaults.tasks_per_s() / best.tasks_per_s(),
+        best.detail
+    );
+    Ok([Some(best), Some(defaults), Some(base), reference].into_iter().flatten().collect())
 }
 
 pub(super) async fn latency(server: &str, n: usize) -> Result<Vec<Row>, String> {

@@ -1,0 +1,78 @@
+//! Many queues and names on one worker: the same backlog drained from one
+//! queue by one handler, and spread round robin over ten queues and ten
+//! task names, each with a handler, on one worker that claims from all ten
+//! queues. Reported as the spread drain's throughput over the single one's.
+
+use std::time::Duration;
+
+use serde_json::json;
+use waymark_pool::PgPool;
+use waymark_store::{NewTask, Store};
+use waymark_worker::Worker;
+
+use super::scenarios::{drain_with, fresh};
+use super::{rounds, RoundFn, Row, BATCH, TASKS};
+
+/// The drain setting compared: the one `cargo xtask bench drain` finds best
+/// on this machine's kind.
+const CONCURRENCY: usize = 1024;
+const SETTLE: usize = 512;
+/// Queues, and task names: `QUEUES` x `QUEUES` combinations.
+const QUEUES: usize = 10;
+
+fn queue(i: usize) -> String {
+    format!("bench{}", i % QUEUES)
+}
+
+fn name(i: usize) -> String {
+    // Another walk than the queues', so each queue holds every name.
+    format!("bench.noop{}", (i / QUEUES) % QUEUES)
+}
+
+/// [`TASKS`] no-op tasks: in one queue under one name, or spread.
+async fn spread_backlog(store: &Store<PgPool>, spread: bool) -> Result<(), String> {
+    for chunk in (0..TASKS).collect::<Vec<_>>().chunks(BATCH) {
+        let batch: Vec<NewTask> = chunk
+            .iter()
+            .map(|&i| {
+                let (q, n) = if spread { (queue(i), name(i)) } else { (queue(0), name(0)) };
+                NewTask::new(n, json!({ "n": i })).queue(q)
+            })
+            .collect();
+        store.submit_batch(batch).await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+async fn spread_drain(server: &str, spread: bool) -> Result<super::measure::Round, String> {
+    let (_url, store) = fresh(server, "waymark_bench_spread").await?;
+    spread_backlog(&store, spread).await?;
+    let width = if spread { QUEUES } else { 1 };
+    let mut builder = Worker::builder(store.clone())
+        .queues((0..width).map(queue))
+        .concurrency(CONCURRENCY)
+        .settle_batch(SETTLE, Duration::from_millis(2))
+        .poll_interval(Duration::from_millis(200));
+    for i in 0..width {
+        builder = builder.task(name(i * QUEUES), |_ctx, _p: serde_json::Value| async move { Ok(()) });
+    }
+    drain_with(builder.build().map_err(|e| e.to_string())?).await
+}
+
+pub(super) async fn spread_cost(server: &str, n: usize) -> Result<Vec<Row>, String> {
+    let detail = |what: &str| format!("{what}, concurrency {CONCURRENCY}");
+    let mut rows = vec![
+        Row::new("waymark", "spread-drain", detail("1 queue, 1 name")),
+        Row::new("waymark", "spread-drain", detail(&format!("{QUEUES} queues x {QUEUES} names"))),
+    ];
+    let run = |spread: bool| -> RoundFn<'_> { Box::new(move || Box::pin(spread_drain(server, spread))) };
+    rounds(n, &mut rows, &[run(false), run(true)]).await?;
+    let ratio = rows[1].tasks_per_s() / rows[0].tasks_per_s();
+    println!(
+        "spread-drain: {QUEUES} queues x {QUEUES} names at {ratio:.3} of one queue and one name; \
+         cpu {:.2} us/task against {:.2}",
+        rows[1].cpu_per_task_us(),
+        rows[0].cpu_per_task_us()
+    );
+    Ok(rows)
+}
