@@ -716,3 +716,60 @@ async fn a_worker_claims_ahead_only_while_calls_are_short() {
     run.await.expect("worker ends");
     schema.drop().await;
 }
+
+/// Shutdown with calls claimed ahead of a free slot: they are given back,
+/// never started past the worker's slots, and every task ends queued with
+/// its attempt unspent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_gives_back_what_was_claimed_ahead_without_running_it() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let at_once = Arc::new(AtOnce::default());
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (seen, open) = (at_once.clone(), gate.clone());
+    let w = Worker::builder(store.clone())
+        .concurrency(2)
+        .shutdown_grace(Duration::from_millis(200))
+        .task("work", move |_ctx, p: serde_json::Value| {
+            let (seen, open) = (seen.clone(), open.clone());
+            async move {
+                seen.enter();
+                if p["slow"] == true {
+                    let _ = open.acquire().await;
+                }
+                seen.leave();
+                Ok(())
+            }
+        })
+        .build()
+        .expect("worker");
+    let (handle, run) = spawn(w);
+    // Short calls first, so that the worker claims ahead.
+    let quick: Vec<NewTask> = (0..200).map(|i| NewTask::new("work", json!({ "i": i }))).collect();
+    store.submit_batch(quick).await.expect("quick tasks");
+    let s = store.clone();
+    eventually(Duration::from_secs(30), "the quick tasks to succeed", || {
+        let s = s.clone();
+        async move { s.stats(None).await.expect("stats")["default"].succeeded == 200 }
+    })
+    .await;
+    let slow: Vec<NewTask> = (0..20).map(|i| NewTask::new("work", json!({ "i": i, "slow": true }))).collect();
+    store.submit_batch(slow).await.expect("slow tasks");
+    let s = store.clone();
+    eventually(Duration::from_secs(10), "more slow tasks held than slots", || {
+        let s = s.clone();
+        async move { s.stats(None).await.expect("stats")["default"].running > 2 }
+    })
+    .await;
+    handle.shutdown();
+    run.await.expect("worker ends");
+    assert!(at_once.most.load(Ordering::SeqCst) <= 2, "never more than two handlers at once");
+    let c = store.stats(None).await.expect("stats")["default"];
+    assert_eq!((c.queued, c.running, c.succeeded), (20, 0, 200), "nothing lost: {c:?}");
+    let queued = store
+        .list(&waymark_store::ListFilter { status: Some(TaskStatus::Queued), ..Default::default() })
+        .await
+        .expect("list");
+    assert!(queued.iter().all(|t| t.attempt == 0), "every slow task given back unspent");
+    schema.drop().await;
+}

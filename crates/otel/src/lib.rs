@@ -51,7 +51,7 @@
 //! | `waymark.task.pickup.duration` | histogram, s | due time to claim, by the database's clock |
 //! | `waymark.tasks.settled` | counter | runs settled, by `waymark.task.outcome`: `succeeded`, `failed`, `canceled`, `retried`, `snoozed` |
 //! | `waymark.leases.lost` | counter | leases a worker lost before settling |
-//! | `waymark.tasks.given_back` | counter | tasks given back at shutdown, by `waymark.task.status` |
+//! | `waymark.tasks.given_back` | counter | tasks given back unspent (at shutdown, or claimed ahead and never started), by `waymark.task.status` |
 //! | `waymark.runs.unconfirmed` | counter | runs whose settlement no answer confirmed (the lease decides) |
 //! | `waymark.settle.batch.size` | histogram | settlements per settlement write |
 //! | `waymark.queue.depth` | gauge | tasks by queue and `waymark.task.status` ([`Telemetry::observe_queues`]) |

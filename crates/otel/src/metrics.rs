@@ -82,7 +82,11 @@ impl Instruments {
                 "Runs settled, by outcome (retried is a retry).",
             ),
             lost: count("waymark.leases.lost", "{lease}", "Leases a worker lost before it settled."),
-            given_back: count("waymark.tasks.given_back", "{task}", "Tasks given back unspent at shutdown."),
+            given_back: count(
+                "waymark.tasks.given_back",
+                "{task}",
+                "Tasks given back unspent: at shutdown, or claimed ahead and never started.",
+            ),
             unknown: count(
                 "waymark.runs.unconfirmed",
                 "{run}",

@@ -102,10 +102,14 @@ struct ClaimLoop<'a, E> {
     /// See [`settling_bound`].
     settling_bound: usize,
     /// Calls claimed ahead of a free slot, oldest first, with when they
-    /// were claimed (see [`CLAIM_AHEAD_WINDOW`]).
-    ready: VecDeque<(Instant, Registered)>,
+    /// were claimed (see [`CLAIM_AHEAD_WINDOW`]); `None` for one whose give
+    /// back failed, which waits to run, never to be given back again.
+    ready: VecDeque<(Option<Instant>, Registered)>,
+    /// Gives back under way; each answers the call if it failed.
+    returning: JoinSet<Option<Registered>>,
     /// Set when calls claimed ahead were given back: the count of ended
-    /// calls then. Nothing is claimed ahead until another call ends.
+    /// calls then. Nothing is claimed ahead until as many more calls as
+    /// the worker has slots have ended.
     ahead_paused_at: Option<u64>,
 }
 
@@ -125,6 +129,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
             retry_pause: CLAIM_RETRY_FIRST,
             settling_bound: settling_bound(shared.settings.concurrency, shared.settings.settle_batch),
             ready: VecDeque::new(),
+            returning: JoinSet::new(),
             ahead_paused_at: None,
         }
     }
@@ -139,7 +144,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         loop {
             while runs.try_join_next().is_some() {}
             self.start_ready(runs);
-            self.give_back_stale(runs);
+            self.give_back_stale();
             if *stop.borrow() {
                 self.start_what_is_claimed(runs).await;
                 return;
@@ -169,6 +174,11 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                 }
                 // A call claimed ahead may wait so long: then it goes back.
                 _ = sleep_until_some(stale_at), if stale_at.is_some() => {}
+                Some(back) = self.returning.join_next(), if !self.returning.is_empty() => {
+                    if let Ok(Some(call)) = back {
+                        self.ready.push_front((None, call));
+                    }
+                }
                 _ = sleep_until_some(self.retry_at), if self.retry_at.is_some() => {
                     (self.dry, self.retry_at) = (false, None);
                 }
@@ -198,41 +208,51 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
     fn room(&self) -> usize {
         let concurrency = self.shared.settings.concurrency;
         let calls = &self.shared.state.call_time;
-        if self.ahead_paused_at.is_some_and(|at| calls.ended() == at) {
+        let resumes_at = |at: u64| at.saturating_add(u64::try_from(concurrency).unwrap_or(u64::MAX));
+        if self.ahead_paused_at.is_some_and(|at| calls.ended() < resumes_at(at)) {
             return concurrency;
         }
         concurrency + claim_ahead(concurrency, calls.average())
     }
 
-    /// When the oldest call claimed ahead will have waited too long.
+    /// When the oldest call claimed ahead will have waited too long (the
+    /// calls are in the order claimed, a returned one first).
     fn stale_at(&self) -> Option<tokio::time::Instant> {
-        self.ready.front().map(|(at, _)| tokio::time::Instant::from_std(*at + CLAIM_AHEAD_HOLD))
+        let oldest = self.ready.iter().find_map(|(at, _)| *at)?;
+        Some(tokio::time::Instant::from_std(oldest + CLAIM_AHEAD_HOLD))
     }
 
     /// Gives back the calls claimed ahead that waited [`CLAIM_AHEAD_HOLD`]
-    /// for a slot, and claims nothing ahead until another call ends.
-    fn give_back_stale(&mut self, runs: &mut JoinSet<()>) {
-        let mut stale = Vec::new();
-        while self.ready.front().is_some_and(|(at, _)| at.elapsed() >= CLAIM_AHEAD_HOLD) {
-            stale.push(self.ready.pop_front().expect("not empty").1);
-        }
-        if stale.is_empty() {
+    /// for a slot, and pauses claiming ahead.
+    fn give_back_stale(&mut self) {
+        if self.stale_at().is_none_or(|at| at > tokio::time::Instant::now()) {
             return;
         }
-        self.ahead_paused_at = Some(self.shared.state.call_time.ended());
-        tracing::debug!(
-            calls = stale.len(),
-            "calls claimed ahead waited too long for a slot; giving them back"
-        );
-        for call in stale {
-            runs.spawn(give_back(self.shared.clone(), call));
+        let mut keep = VecDeque::with_capacity(self.ready.len());
+        let mut stale = 0;
+        for (at, call) in self.ready.drain(..) {
+            if at.is_some_and(|at| at.elapsed() >= CLAIM_AHEAD_HOLD) {
+                self.returning.spawn(give_back(self.shared.clone(), call));
+                stale += 1;
+            } else {
+                keep.push_back((at, call));
+            }
         }
+        self.ready = keep;
+        self.ahead_paused_at = Some(self.shared.state.call_time.ended());
+        tracing::debug!(calls = stale, "calls claimed ahead waited too long for a slot; giving them back");
     }
 
     /// Starts calls claimed ahead, oldest first, while slots are free.
     fn start_ready(&mut self, runs: &mut JoinSet<()>) {
         while !self.ready.is_empty() && self.shared.running_count() < self.shared.settings.concurrency {
             let (_, call) = self.ready.pop_front().expect("not empty");
+            if call.all_lost() {
+                // Its leases went while it waited: nothing to run or give
+                // back, only its entries to clear.
+                self.returning.spawn(give_back(self.shared.clone(), call));
+                continue;
+            }
             start_call(self.shared, self.settler, runs, call);
         }
     }
@@ -248,7 +268,9 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         let mut free = self.free_slots();
         let batch = (shared.settings.concurrency / 2).max(1);
         let busy = shared.running_count() + self.reserved > 0;
-        if !self.dry && free > 0 && free < batch && busy && self.claims.len() < CLAIMS_IN_FLIGHT {
+        // Calls claimed ahead take freed slots first: no gathering then.
+        let gather = self.ready.is_empty() && busy && self.claims.len() < CLAIMS_IN_FLIGHT;
+        if !self.dry && free > 0 && free < batch && gather {
             let deadline = tokio::time::Instant::now() + CLAIM_GATHER;
             loop {
                 let gap = (tokio::time::Instant::now() + CLAIM_GATHER_GAP).min(deadline);
@@ -270,8 +292,13 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
             (self.probe_due, self.last_probe) = (false, Instant::now());
         }
         let shared = self.shared.clone();
+        // The part of `free` that slots can take now; the rest is ahead.
+        let taken = shared.running_count() + self.reserved + self.ready.len();
+        let plain = shared.settings.concurrency.saturating_sub(taken).min(free);
         self.reserved += free;
-        let handle = self.claims.spawn(async move { shared.planner.draw(&shared.store, free, probe).await });
+        let handle = self
+            .claims
+            .spawn(async move { shared.planner.draw(&shared.store, plain, free - plain, probe).await });
         self.asked.insert(handle.id(), (free, probe));
     }
 
@@ -303,17 +330,26 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
 
     /// Registers what a claim drew, to start as slots free.
     fn take(&mut self, drawn: Drawn) {
+        // A call drawn for a free slot goes before those claimed ahead.
         let now = Instant::now();
+        let mut first = 0;
         for call in drawn.calls {
-            self.ready.push_back((now, register_call(self.shared, call)));
+            let call = register_call(self.shared, call);
+            if call.ahead {
+                self.ready.push_back((Some(now), call));
+            } else {
+                self.ready.insert(first, (Some(now), call));
+                first += 1;
+            }
         }
         if let Some(e) = drawn.error {
             self.shared.report("claim", e);
         }
     }
 
-    /// At shutdown: claimed tasks are ours, so run them (claimed ahead or
-    /// not), and shutdown settles or gives them back like the rest.
+    /// At shutdown: claimed tasks are ours, so run what has a slot (and
+    /// shutdown settles or gives it back like the rest), and give back
+    /// what was claimed ahead of one, running any whose give back failed.
     async fn start_what_is_claimed(&mut self, runs: &mut JoinSet<()>) {
         while let Some(done) = self.claims.join_next().await {
             match done {
@@ -321,8 +357,16 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                 Err(e) => self.shared.report("claim", claim_panicked(e)),
             }
         }
-        for (_, call) in self.ready.drain(..) {
-            start_call(self.shared, self.settler, runs, call);
+        while let Some(back) = self.returning.join_next().await {
+            if let Ok(Some(call)) = back {
+                self.ready.push_front((None, call));
+            }
+        }
+        self.start_ready(runs);
+        for (_, call) in std::mem::take(&mut self.ready) {
+            if let Some(call) = give_back(self.shared.clone(), call).await {
+                start_call(self.shared, self.settler, runs, call);
+            }
         }
     }
 }

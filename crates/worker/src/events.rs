@@ -20,7 +20,8 @@ const CAPACITY: usize = 4096;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WorkerEvent {
-    /// A task was claimed and its run starts.
+    /// A task was claimed; its run starts when a slot is free (at once,
+    /// unless the worker claimed it ahead of its free slots).
     Claimed {
         /// The task.
         task_id: String,
@@ -48,8 +49,9 @@ pub enum WorkerEvent {
         /// The claim's attempt.
         attempt: i32,
     },
-    /// Shutdown gave the task back unspent (`queued`), or ended it
-    /// `canceled` on a cancel request.
+    /// The worker gave the task back unspent (`queued`), or ended it
+    /// `canceled` on a cancel request: at shutdown, or a task claimed ahead
+    /// that waited too long for a slot and never ran.
     GivenBack {
         /// The task.
         task_id: String,

@@ -39,6 +39,8 @@ impl Source {
 pub(crate) struct Call {
     pub(crate) tasks: Vec<Task>,
     pub(crate) units: Units,
+    /// Drawn ahead of a free slot.
+    pub(crate) ahead: bool,
 }
 
 /// What one turn drew, and the failure that cut it short, if one did (what
@@ -72,25 +74,36 @@ impl Planner {
         self.sources.iter().any(|s| !s.limits.is_empty() || s.fleet.is_some())
     }
 
-    /// Draws up to `free` calls. Only the first draw probes (and so
-    /// recovers expired leases) when `probe` is set. The draws run one
+    /// Draws up to `free` calls, and up to `ahead` more for calls claimed
+    /// ahead of a free slot: those only from the draw of handlers without
+    /// limits or batches (a call claimed ahead must hold no unit, no fleet
+    /// slot and no batch while it waits). Only the first draw probes (and
+    /// so recovers expired leases) when `probe` is set. The draws run one
     /// after another (each sized by what the earlier took), and the calls
     /// start once all have answered: a claim statement takes milliseconds
     /// against leases of seconds, and the store bounds each one.
-    pub(crate) async fn draw<E: PgExecutor>(&self, store: &Store<E>, free: usize, probe: bool) -> Drawn {
+    pub(crate) async fn draw<E: PgExecutor>(
+        &self,
+        store: &Store<E>,
+        free: usize,
+        ahead: usize,
+        probe: bool,
+    ) -> Drawn {
         let mut drawn = Drawn::default();
         let n = self.sources.len();
         let start = self.cursor.fetch_add(1, Ordering::Relaxed) % n.max(1);
-        let mut left = free;
+        let (mut left, mut left_ahead) = (free, ahead);
         let mut probe = probe;
         for k in 0..n {
-            if left == 0 {
-                break;
-            }
             let src = &self.sources[(start + k) % n];
+            let plain = src.limits.is_empty() && src.fleet.is_none() && src.batch == 1;
+            let left_here = if plain { left + left_ahead } else { left };
+            if left_here == 0 {
+                continue;
+            }
             // Reserved before the claim, so two claims in flight cannot
             // both count the same free unit.
-            let mut units = self.caps.reserve(&src.limits, left);
+            let mut units = self.caps.reserve(&src.limits, left_here);
             if units.count() == 0 {
                 continue;
             }
@@ -107,8 +120,13 @@ impl Planner {
                     let mut tasks = tasks.into_iter().peekable();
                     while tasks.peek().is_some() {
                         let call: Vec<Task> = tasks.by_ref().take(src.batch).collect();
-                        drawn.calls.push(Call { tasks: call, units: units.take_one() });
-                        left -= 1;
+                        let ahead = left == 0;
+                        drawn.calls.push(Call { tasks: call, units: units.take_one(), ahead });
+                        if ahead {
+                            left_ahead -= 1;
+                        } else {
+                            left -= 1;
+                        }
                     }
                     // Units not drawn go back as `units` drops.
                 }

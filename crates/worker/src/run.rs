@@ -19,6 +19,7 @@ use crate::handler::{BatchHandler, BatchOutcome, Kind, Outcome};
 use crate::limits::Units;
 use crate::plan::Call;
 use crate::settle::Settler;
+use crate::shutdown::{release, GiveBack};
 use crate::worker::Shared;
 
 /// How long a handler may take to stop by itself once shutdown fires its
@@ -31,11 +32,20 @@ pub(crate) struct Registered {
     tasks: Vec<Task>,
     units: Units,
     running: Vec<Arc<Running>>,
+    /// Claimed ahead of a free slot.
+    pub(crate) ahead: bool,
+}
+
+impl Registered {
+    /// Whether every task of the call lost its lease while it waited.
+    pub(crate) fn all_lost(&self) -> bool {
+        self.running.iter().all(|r| r.is_lost())
+    }
 }
 
 /// Registers one claimed call (see [`Registered`]); [`start_call`] runs it.
 pub(crate) fn register_call<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, call: Call) -> Registered {
-    let Call { tasks, units } = call;
+    let Call { tasks, units, ahead } = call;
     let observer = shared.store.observer();
     let running: Vec<Arc<Running>> = tasks
         .iter()
@@ -58,19 +68,31 @@ pub(crate) fn register_call<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, ca
             attempt: task.attempt,
         });
     }
-    Registered { tasks, units, running }
+    Registered { tasks, units, running, ahead }
 }
 
 /// Gives back a registered call that never started (see
 /// `claim_loop::CLAIM_AHEAD_HOLD`): each task released, its attempt
-/// unspent, then its entry out of the running map.
-pub(crate) async fn give_back<E: PgExecutor + 'static>(shared: Arc<Shared<E>>, call: Registered) {
-    let Registered { running, .. } = call;
+/// unspent, then its units and its entry out of the running map.
+/// A call whose release failed comes back (its settlement untaken) to be
+/// run after all: the lease would otherwise spend its attempt.
+pub(crate) async fn give_back<E: PgExecutor + 'static>(
+    shared: Arc<Shared<E>>,
+    call: Registered,
+) -> Option<Registered> {
+    let Registered { tasks, units, running, ahead } = call;
+    let mut kept = true;
     for r in &running {
-        if !r.is_lost() && r.take_settlement() {
-            crate::shutdown::release(&shared, r).await;
+        if !r.is_lost() && r.take_settlement() && !release(&shared, r, GiveBack::Unstarted).await {
+            r.give_back_settlement();
+            kept = false;
         }
     }
+    if !kept {
+        return Some(Registered { tasks, units, running, ahead });
+    }
+    drop(units);
+    shared.state.slot_freed.notify_one();
     let mut map = shared.state.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     for r in &running {
         r.mark_ended();
@@ -78,6 +100,7 @@ pub(crate) async fn give_back<E: PgExecutor + 'static>(shared: Arc<Shared<E>>, c
             map.remove(r.id());
         }
     }
+    None
 }
 
 /// Starts one registered handler call: a task, or a batch of one name's
@@ -88,7 +111,7 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
     runs: &mut JoinSet<()>,
     call: Registered,
 ) {
-    let Registered { tasks, units, running } = call;
+    let Registered { tasks, units, running, .. } = call;
     let Some(first) = tasks.first() else { return };
     let batch = match shared.handlers.get(&first.name).map(|r| &r.kind) {
         Some(Kind::Batch(handler, _)) => Some(handler.clone()),

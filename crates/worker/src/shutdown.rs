@@ -76,14 +76,29 @@ pub(crate) async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r
         map.clear();
         map.extend(give_back.iter().map(|r| (r.id().to_owned(), r.clone())));
     }
-    futures::future::join_all(give_back.iter().map(|r| release(shared, r))).await;
+    futures::future::join_all(give_back.iter().map(|r| release(shared, r, GiveBack::Shutdown))).await;
     shared.state.running.lock().expect("running lock").clear();
 }
 
+/// Why a task is given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GiveBack {
+    /// Shutdown stopped its run: counted as settled by this worker.
+    Shutdown,
+    /// It was claimed ahead and never started (see `claim_loop`): not
+    /// counted, and a lease lost meanwhile is no failure.
+    Unstarted,
+}
+
 /// Gives one task back, trying again on passing failures while its lease
-/// lasts (the heartbeat loop keeps renewing it meanwhile). What cannot be
-/// given back is reported and left to lease expiry.
-pub(crate) async fn release<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r: &Running) {
+/// lasts (the heartbeat loop keeps renewing it meanwhile). Answers whether
+/// it was given back (or found gone); what cannot be given back is
+/// reported.
+pub(crate) async fn release<E: PgExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    r: &Running,
+    why: GiveBack,
+) -> bool {
     let deadline = Instant::now() + shared.settings.lease;
     let again = || shared.store.release(&r.lease);
     let first = again().await;
@@ -92,13 +107,21 @@ pub(crate) async fn release<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r:
     let stop = || r.is_lost() || *shared.state.stop_now.borrow();
     match while_passing(first, deadline, stop, r.id(), again).await {
         Ok(task) => {
-            shared.state.settled.fetch_add(1, Ordering::Relaxed);
+            if why == GiveBack::Shutdown {
+                shared.state.settled.fetch_add(1, Ordering::Relaxed);
+            }
             r.report_given_back(task.status);
+            true
         }
-        // A resend finds the task gone when the first try had committed.
-        Err(e) if e.is_lost_lease() && resent => {
-            tracing::debug!(task = %r.id(), "a resent release found the task given back already");
+        // A resend finds the task gone when the first try had committed; a
+        // task not yet started may have lost its lease while it waited.
+        Err(e) if e.is_lost_lease() && (resent || why == GiveBack::Unstarted) => {
+            tracing::debug!(task = %r.id(), "a release found the task no longer ours");
+            true
         }
-        Err(e) => shared.report(format!("giving back {} (left to its lease)", r.id()), e),
+        Err(e) => {
+            shared.report(format!("giving back {}", r.id()), e);
+            false
+        }
     }
 }
