@@ -632,6 +632,73 @@ impl AtOnce {
     fn leave(&self) {
         self.now.fetch_sub(1, Ordering::SeqCst);
     }
+
+    fn most(&self) -> usize {
+        self.most.load(Ordering::SeqCst)
+    }
+}
+
+/// A worker of two slots whose "work" handler returns at once, or, for a
+/// payload with `"slow": true`, when `gate` gives it a permit; it counts
+/// the handlers at work in `at_once`.
+fn two_slot_worker(
+    store: &Arc<S>,
+    at_once: &Arc<AtOnce>,
+    gate: &Arc<tokio::sync::Semaphore>,
+) -> (WorkerHandle, tokio::task::JoinHandle<()>) {
+    let (seen, open) = (at_once.clone(), gate.clone());
+    let w = Worker::builder(store.clone())
+        .concurrency(2)
+        .shutdown_grace(Duration::from_millis(200))
+        .task("work", move |_ctx, p: serde_json::Value| {
+            let (seen, open) = (seen.clone(), open.clone());
+            async move {
+                seen.enter();
+                if p["slow"] == true {
+                    if let Ok(permit) = open.acquire().await {
+                        permit.forget();
+                    }
+                }
+                seen.leave();
+                Ok(())
+            }
+        })
+        .build()
+        .expect("worker");
+    spawn(w)
+}
+
+/// Submits `n` short tasks and waits for them to succeed; answers the most
+/// rows seen running at once meanwhile.
+async fn drain_short(store: &Arc<S>, n: usize) -> usize {
+    let quick: Vec<NewTask> = (0..n).map(|i| NewTask::new("work", json!({ "i": i }))).collect();
+    store.submit_batch(quick).await.expect("short tasks");
+    let most_held = Arc::new(AtomicUsize::new(0));
+    let (s, held) = (store.clone(), most_held.clone());
+    eventually(Duration::from_secs(60), "the short tasks to succeed", || {
+        let (s, held) = (s.clone(), held.clone());
+        async move {
+            let c = s.stats(None).await.expect("stats")["default"];
+            held.fetch_max(c.running as usize, Ordering::SeqCst);
+            c.succeeded as usize >= n
+        }
+    })
+    .await;
+    most_held.load(Ordering::SeqCst)
+}
+
+/// Submits 20 slow tasks.
+async fn submit_slow(store: &S) {
+    let slow: Vec<NewTask> = (0..20).map(|i| NewTask::new("work", json!({ "i": i, "slow": true }))).collect();
+    store.submit_batch(slow).await.expect("slow tasks");
+}
+
+async fn queued_all_unspent(store: &S) -> bool {
+    let queued = store
+        .list(&waymark_store::ListFilter { status: Some(TaskStatus::Queued), ..Default::default() })
+        .await
+        .expect("list");
+    queued.iter().all(|t| t.attempt == 0)
 }
 
 /// With short calls a worker claims ahead of its free slots (a worker of
@@ -643,47 +710,16 @@ impl AtOnce {
 async fn a_worker_claims_ahead_only_while_calls_are_short() {
     let schema = TestSchema::new().await;
     let store = Arc::new(pool_store(&schema).await);
-    let at_once = Arc::new(AtOnce::default());
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let (seen, open) = (at_once.clone(), gate.clone());
-    let w = Worker::builder(store.clone())
-        .concurrency(2)
-        .task("work", move |_ctx, p: serde_json::Value| {
-            let (seen, open) = (seen.clone(), open.clone());
-            async move {
-                seen.enter();
-                if p["slow"] == true {
-                    open.acquire().await.expect("gate").forget();
-                }
-                seen.leave();
-                Ok(())
-            }
-        })
-        .build()
-        .expect("worker");
-    let (handle, run) = spawn(w);
+    let (at_once, gate) = (Arc::new(AtOnce::default()), Arc::new(tokio::sync::Semaphore::new(0)));
+    let (handle, run) = two_slot_worker(&store, &at_once, &gate);
 
     // Short calls: held rows pass the two slots, handlers never do.
-    let quick: Vec<NewTask> = (0..2000).map(|i| NewTask::new("work", json!({ "i": i }))).collect();
-    store.submit_batch(quick).await.expect("quick tasks");
-    let s = store.clone();
-    let most_held = Arc::new(AtomicUsize::new(0));
-    let held = most_held.clone();
-    eventually(Duration::from_secs(60), "the quick tasks to succeed", || {
-        let (s, held) = (s.clone(), held.clone());
-        async move {
-            let c = s.stats(None).await.expect("stats")["default"];
-            held.fetch_max(c.running as usize, Ordering::SeqCst);
-            c.succeeded == 2000
-        }
-    })
-    .await;
-    assert!(most_held.load(Ordering::SeqCst) > 2, "claimed ahead of its two slots: {most_held:?}");
-    assert!(at_once.most.load(Ordering::SeqCst) <= 2, "never more than two handlers at once");
+    let most_held = drain_short(&store, 2000).await;
+    assert!(most_held > 2, "claimed ahead of its two slots: {most_held}");
+    assert!(at_once.most() <= 2, "never more than two handlers at once");
 
     // Long calls: two run; whatever was claimed ahead goes back, unspent.
-    let slow: Vec<NewTask> = (0..20).map(|i| NewTask::new("work", json!({ "i": i, "slow": true }))).collect();
-    store.submit_batch(slow).await.expect("slow tasks");
+    submit_slow(&store).await;
     let s = store.clone();
     eventually(Duration::from_secs(10), "two slow tasks running, the rest queued", || {
         let s = s.clone();
@@ -693,11 +729,7 @@ async fn a_worker_claims_ahead_only_while_calls_are_short() {
         }
     })
     .await;
-    let queued = store
-        .list(&waymark_store::ListFilter { status: Some(TaskStatus::Queued), ..Default::default() })
-        .await
-        .expect("list");
-    assert!(queued.iter().all(|t| t.attempt == 0), "given back with the attempt unspent");
+    assert!(queued_all_unspent(&store).await, "given back with the attempt unspent");
     // While the long calls run, nothing more is claimed ahead. (A negative
     // check: several of the worker's turns pass.)
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -711,7 +743,7 @@ async fn a_worker_claims_ahead_only_while_calls_are_short() {
         async move { s.stats(None).await.expect("stats")["default"].succeeded == 2020 }
     })
     .await;
-    assert!(at_once.most.load(Ordering::SeqCst) <= 2, "never more than two handlers at once");
+    assert!(at_once.most() <= 2, "never more than two handlers at once");
     handle.shutdown();
     run.await.expect("worker ends");
     schema.drop().await;
@@ -724,37 +756,11 @@ async fn a_worker_claims_ahead_only_while_calls_are_short() {
 async fn shutdown_gives_back_what_was_claimed_ahead_without_running_it() {
     let schema = TestSchema::new().await;
     let store = Arc::new(pool_store(&schema).await);
-    let at_once = Arc::new(AtOnce::default());
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let (seen, open) = (at_once.clone(), gate.clone());
-    let w = Worker::builder(store.clone())
-        .concurrency(2)
-        .shutdown_grace(Duration::from_millis(200))
-        .task("work", move |_ctx, p: serde_json::Value| {
-            let (seen, open) = (seen.clone(), open.clone());
-            async move {
-                seen.enter();
-                if p["slow"] == true {
-                    let _ = open.acquire().await;
-                }
-                seen.leave();
-                Ok(())
-            }
-        })
-        .build()
-        .expect("worker");
-    let (handle, run) = spawn(w);
+    let (at_once, gate) = (Arc::new(AtOnce::default()), Arc::new(tokio::sync::Semaphore::new(0)));
+    let (handle, run) = two_slot_worker(&store, &at_once, &gate);
     // Short calls first, so that the worker claims ahead.
-    let quick: Vec<NewTask> = (0..200).map(|i| NewTask::new("work", json!({ "i": i }))).collect();
-    store.submit_batch(quick).await.expect("quick tasks");
-    let s = store.clone();
-    eventually(Duration::from_secs(30), "the quick tasks to succeed", || {
-        let s = s.clone();
-        async move { s.stats(None).await.expect("stats")["default"].succeeded == 200 }
-    })
-    .await;
-    let slow: Vec<NewTask> = (0..20).map(|i| NewTask::new("work", json!({ "i": i, "slow": true }))).collect();
-    store.submit_batch(slow).await.expect("slow tasks");
+    drain_short(&store, 200).await;
+    submit_slow(&store).await;
     let s = store.clone();
     eventually(Duration::from_secs(10), "more slow tasks held than slots", || {
         let s = s.clone();
@@ -763,13 +769,9 @@ async fn shutdown_gives_back_what_was_claimed_ahead_without_running_it() {
     .await;
     handle.shutdown();
     run.await.expect("worker ends");
-    assert!(at_once.most.load(Ordering::SeqCst) <= 2, "never more than two handlers at once");
+    assert!(at_once.most() <= 2, "never more than two handlers at once");
     let c = store.stats(None).await.expect("stats")["default"];
     assert_eq!((c.queued, c.running, c.succeeded), (20, 0, 200), "nothing lost: {c:?}");
-    let queued = store
-        .list(&waymark_store::ListFilter { status: Some(TaskStatus::Queued), ..Default::default() })
-        .await
-        .expect("list");
-    assert!(queued.iter().all(|t| t.attempt == 0), "every slow task given back unspent");
+    assert!(queued_all_unspent(&store).await, "every slow task given back unspent");
     schema.drop().await;
 }

@@ -92,6 +92,7 @@ struct Inner {
     meter: Meter,
     tracer: BoxedTracer,
     instruments: metrics::Instruments,
+    labels: metrics::Labels,
 }
 
 impl fmt::Debug for Telemetry {
@@ -127,7 +128,9 @@ impl Telemetry {
 
     fn from_parts(meter: Meter, tracer: BoxedTracer) -> Self {
         let instruments = metrics::Instruments::new(&meter);
-        Telemetry { inner: Arc::new(Inner { meter, tracer, instruments }) }
+        Telemetry {
+            inner: Arc::new(Inner { meter, tracer, instruments, labels: metrics::Labels::default() }),
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! run records, as metrics and as spans.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
@@ -92,10 +92,7 @@ impl Observer for Telemetry {
             Some(remote) => Context::new().with_remote_span_context(remote),
             None => Context::new(),
         };
-        let labels = vec![
-            KeyValue::new(key::DESTINATION, task.queue.clone()),
-            KeyValue::new(key::TASK_NAME, task.name.clone()),
-        ];
+        let labels = inner.labels.of(&task.queue, &task.name);
         let mut attributes = operation("run", "process");
         attributes.extend(labels.iter().cloned());
         attributes.push(KeyValue::new(key::MESSAGE_ID, task.id.clone()));
@@ -202,11 +199,8 @@ impl Scope<[Task]> for ClaimScope {
                 *groups.entry((&task.queue, &task.name)).or_default() += 1;
                 // Both times are the database's: no clock skew between hosts.
                 let late_ms = (task.updated_at_ms - task.run_at_ms).max(0);
-                let labels = [
-                    KeyValue::new(key::SYSTEM, SYSTEM),
-                    KeyValue::new(key::DESTINATION, task.queue.clone()),
-                    KeyValue::new(key::TASK_NAME, task.name.clone()),
-                ];
+                let [queue, name] = &*inner.labels.of(&task.queue, &task.name);
+                let labels = [KeyValue::new(key::SYSTEM, SYSTEM), queue.clone(), name.clone()];
                 m.pickup.record(late_ms as f64 / 1000.0, &labels);
             }
             for ((queue, name), n) in groups {
@@ -280,7 +274,7 @@ struct Run {
     telemetry: Telemetry,
     cx: Context,
     /// The queue and the task name.
-    labels: Vec<KeyValue>,
+    labels: Arc<[KeyValue; 2]>,
     /// The handler's error type, once it answered with one.
     error: Mutex<Option<String>>,
 }
