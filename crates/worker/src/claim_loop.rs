@@ -53,7 +53,8 @@ const CLAIM_AHEAD_MAX: usize = 256;
 /// A call claimed ahead that has waited this long for a slot goes back to
 /// its queue (released, its attempt unspent) for any worker to take: the
 /// calls it waits behind turned long. The worker then claims nothing
-/// ahead until another call ends and tells how long calls take now.
+/// ahead until as many calls as it has slots have ended since, telling
+/// how long calls take now.
 const CLAIM_AHEAD_HOLD: Duration = Duration::from_millis(100);
 
 /// How many calls to claim ahead of the free slots (see
@@ -363,10 +364,10 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
             }
         }
         self.start_ready(runs);
-        for (_, call) in std::mem::take(&mut self.ready) {
-            if let Some(call) = give_back(self.shared.clone(), call).await {
-                start_call(self.shared, self.settler, runs, call);
-            }
+        let left =
+            std::mem::take(&mut self.ready).into_iter().map(|(_, call)| give_back(self.shared.clone(), call));
+        for call in futures::future::join_all(left).await.into_iter().flatten() {
+            start_call(self.shared, self.settler, runs, call);
         }
     }
 }

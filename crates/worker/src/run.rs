@@ -93,14 +93,23 @@ pub(crate) async fn give_back<E: PgExecutor + 'static>(
     }
     drop(units);
     shared.state.slot_freed.notify_one();
+    end_runs(&shared, &running);
+    None
+}
+
+/// Marks runs ended and takes their entries out of the running map (those
+/// that are still theirs), except past the shutdown grace, when shutdown
+/// owns the map.
+fn end_runs<E>(shared: &Shared<E>, running: &[Arc<Running>]) {
+    let past_grace = *shared.state.past_grace.borrow();
     let mut map = shared.state.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    for r in &running {
-        r.mark_ended();
-        if map.get(r.id()).is_some_and(|held| Arc::ptr_eq(held, r)) {
-            map.remove(r.id());
+    for run in running {
+        run.mark_ended();
+        run.hold_call(None);
+        if !past_grace && map.get(run.id()).is_some_and(|r| Arc::ptr_eq(r, run)) {
+            map.remove(run.id());
         }
     }
-    None
 }
 
 /// Starts one registered handler call: a task, or a batch of one name's
@@ -255,16 +264,7 @@ impl<E> Slot<E> {
 
 impl<E> Drop for Slot<E> {
     fn drop(&mut self) {
-        let past_grace = *self.shared.state.past_grace.borrow();
-        let mut map = self.shared.state.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        for run in &self.running {
-            run.mark_ended();
-            run.hold_call(None);
-            if !past_grace && map.get(run.id()).is_some_and(|r| Arc::ptr_eq(r, run)) {
-                map.remove(run.id());
-            }
-        }
-        drop(map);
+        end_runs(&self.shared, &self.running);
         let place = self.place.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
         if place.is_none() {
             // Settled after its handler ended: its tasks stop settling.
@@ -442,7 +442,7 @@ pub(crate) async fn settle<E: PgExecutor + 'static>(
     let Some(settlement) = settlement_for(shared, task, running, end) else { return };
     let first = settler.settle(&shared.store, settlement.clone()).await;
     match first {
-        Err(e) if passing(&e) => {
+        Err(e) if e.is_transient() => {
             // Rare, and kept out of line: every run's future holds this
             // function's state, so its size is paid per task.
             Box::pin(settle_again(shared, settler, running, settlement, e)).await;
@@ -600,7 +600,7 @@ where
 {
     let mut pause = Duration::from_millis(20);
     while let Err(error) = &out {
-        if !passing(error) || Instant::now() + pause >= deadline || stop() {
+        if !error.is_transient() || Instant::now() + pause >= deadline || stop() {
             break;
         }
         tracing::debug!(task, error = %error, "a worker write failed; trying again");
@@ -612,9 +612,4 @@ where
         out = again().await;
     }
     out
-}
-
-/// A failure that may pass: worth another try.
-pub(crate) fn passing(e: &Error) -> bool {
-    e.is_transient()
 }

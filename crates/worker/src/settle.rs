@@ -148,7 +148,7 @@ async fn flush<E: PgExecutor>(store: &Store<E>, batch: Vec<(Settlement, Reply)>)
             // matches this worker's re-claim of the task. Its run resends
             // it (`run::settle_again`), which stops once a re-claim here
             // has marked that run lost.
-            let unknown = crate::run::passing(&e).then(|| e.exec_kind()).flatten();
+            let unknown = e.is_transient().then(|| e.exec_kind()).flatten();
             for (s, reply) in items.iter().zip(replies) {
                 let out = match (s, unknown) {
                     (Settlement::Snooze { .. }, Some(kind)) => {

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
-use waymark_store::PgExecutor;
+use waymark_store::{Error, PgExecutor};
 
 use crate::context::{CancelReason, Running};
-use crate::run::{passing, while_passing, STOP_GRACE};
+use crate::run::{while_passing, STOP_GRACE};
 use crate::worker::Shared;
 
 /// How long shutdown waits, after the stop grace, for runs that are
@@ -102,7 +102,7 @@ pub(crate) async fn release<E: PgExecutor + 'static>(
     let deadline = Instant::now() + shared.settings.lease;
     let again = || shared.store.release(&r.lease);
     let first = again().await;
-    let resent = first.as_ref().is_err_and(passing);
+    let resent = first.as_ref().is_err_and(Error::is_transient);
     // After `stop_now`, no more tries: what fails is left to its lease.
     let stop = || r.is_lost() || *shared.state.stop_now.borrow();
     match while_passing(first, deadline, stop, r.id(), again).await {

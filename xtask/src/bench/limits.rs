@@ -8,11 +8,10 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use waymark_pool::PgPool;
-use waymark_store::{FleetLimit, GroupKey, NewTask, Store};
+use waymark_store::{FleetLimit, GroupKey, NewTask};
 
-use super::scenarios::{drain_with, fresh, worker_builder};
-use super::{rounds, RoundFn, Row, BATCH, TASKS};
+use super::scenarios::{backlog_of, drain_with, fresh, worker_builder};
+use super::{rounds, RoundFn, Row, TASKS};
 
 /// The drain setting compared: the one `cargo xtask bench drain` finds best
 /// on this machine's kind.
@@ -41,21 +40,13 @@ impl Limit {
     }
 }
 
-/// [`TASKS`] no-op tasks, each with a `tenant` of [`TENANTS`].
-async fn tenant_backlog(store: &Store<PgPool>) -> Result<(), String> {
-    for chunk in (0..TASKS).collect::<Vec<_>>().chunks(BATCH) {
-        let batch: Vec<NewTask> = chunk
-            .iter()
-            .map(|i| NewTask::new("bench.noop", json!({ "n": i, "tenant": i % TENANTS })).queue("bench"))
-            .collect();
-        store.submit_batch(batch).await.map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
 async fn limited_drain(server: &str, limit: Limit) -> Result<super::measure::Round, String> {
     let (_url, store) = fresh(server, "waymark_bench_limits").await?;
-    tenant_backlog(&store).await?;
+    // TASKS no-op tasks, each with a tenant of TENANTS, round robin.
+    backlog_of(&store, TASKS, |i| {
+        NewTask::new("bench.noop", json!({ "n": i, "tenant": i % TENANTS })).queue("bench")
+    })
+    .await?;
     let mut builder = worker_builder(&store, "bench", CONCURRENCY, SETTLE, Arc::new(|_| {}));
     if let Some(l) = limit.fleet_limit() {
         builder = builder.fleet_limit(l);

@@ -115,9 +115,17 @@ pub(super) async fn enqueue_batch(server: &str, n: usize) -> Result<Vec<Row>, St
 
 /// Fills `queue` with `n` no-op tasks, in batches.
 pub(super) async fn backlog(store: &Store<PgPool>, queue: &str, n: usize) -> Result<(), String> {
+    backlog_of(store, n, |i| NewTask::new("bench.noop", json!({ "n": i })).queue(queue)).await
+}
+
+/// `n` tasks made by `task`, submitted in batches of [`BATCH`].
+pub(super) async fn backlog_of(
+    store: &Store<PgPool>,
+    n: usize,
+    task: impl Fn(usize) -> NewTask,
+) -> Result<(), String> {
     for chunk in (0..n).collect::<Vec<_>>().chunks(BATCH) {
-        let batch: Vec<NewTask> =
-            chunk.iter().map(|i| NewTask::new("bench.noop", json!({ "n": i })).queue(queue)).collect();
+        let batch: Vec<NewTask> = chunk.iter().map(|&i| task(i)).collect();
         store.submit_batch(batch).await.map_err(|e| e.to_string())?;
     }
     Ok(())

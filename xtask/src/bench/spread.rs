@@ -6,12 +6,11 @@
 use std::time::Duration;
 
 use serde_json::json;
-use waymark_pool::PgPool;
-use waymark_store::{NewTask, Store};
+use waymark_store::NewTask;
 use waymark_worker::Worker;
 
-use super::scenarios::{drain_with, fresh};
-use super::{rounds, RoundFn, Row, BATCH, TASKS};
+use super::scenarios::{backlog_of, drain_with, fresh};
+use super::{rounds, RoundFn, Row, TASKS};
 
 /// The drain setting compared: the one `cargo xtask bench drain` finds best
 /// on this machine's kind.
@@ -29,24 +28,14 @@ fn name(i: usize) -> String {
     format!("bench.noop{}", (i / QUEUES) % QUEUES)
 }
 
-/// [`TASKS`] no-op tasks: in one queue under one name, or spread.
-async fn spread_backlog(store: &Store<PgPool>, spread: bool) -> Result<(), String> {
-    for chunk in (0..TASKS).collect::<Vec<_>>().chunks(BATCH) {
-        let batch: Vec<NewTask> = chunk
-            .iter()
-            .map(|&i| {
-                let (q, n) = if spread { (queue(i), name(i)) } else { (queue(0), name(0)) };
-                NewTask::new(n, json!({ "n": i })).queue(q)
-            })
-            .collect();
-        store.submit_batch(batch).await.map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
 async fn spread_drain(server: &str, spread: bool) -> Result<super::measure::Round, String> {
     let (_url, store) = fresh(server, "waymark_bench_spread").await?;
-    spread_backlog(&store, spread).await?;
+    // TASKS no-op tasks: in one queue under one name, or spread.
+    backlog_of(&store, TASKS, |i| {
+        let (q, n) = if spread { (queue(i), name(i)) } else { (queue(0), name(0)) };
+        NewTask::new(n, json!({ "n": i })).queue(q)
+    })
+    .await?;
     let width = if spread { QUEUES } else { 1 };
     let mut builder = Worker::builder(store.clone())
         .queues((0..width).map(queue))
