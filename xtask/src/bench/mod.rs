@@ -10,6 +10,7 @@
 //! compares statement binding modes, `explain` prints the hot statements'
 //! plans on a large backlog.
 
+mod backlog;
 mod baseline;
 mod binding;
 mod chart;
@@ -47,7 +48,9 @@ const ROUNDS_SWEEP: usize = 4;
 const ROUNDS_OTEL: usize = 6;
 const ROUNDS_LIMITS: usize = 4;
 const ROUNDS_SPREAD: usize = 4;
-const SCENARIOS: [&str; 8] = ["enqueue", "drain", "latency", "mixed", "sweep", "otel", "limits", "spread"];
+const ROUNDS_BACKLOG: usize = 2;
+const SCENARIOS: [&str; 9] =
+    ["enqueue", "drain", "latency", "mixed", "sweep", "otel", "limits", "spread", "backlog"];
 
 /// Worker settings the drain tries: (concurrency, settle batch).
 const DRAIN_SETTINGS: [(usize, usize); 5] = [(128, 64), (512, 256), (1024, 512), (2048, 1024), (4096, 1024)];
@@ -177,6 +180,9 @@ async fn all(which: &[&str], rounds: Option<usize>) -> Result<(), String> {
     }
     if which.contains(&"spread") {
         rows.extend(spread::spread_cost(&server, n(ROUNDS_SPREAD)).await?);
+    }
+    if which.contains(&"backlog") {
+        rows.extend(backlog::backlog_cost(&server, n(ROUNDS_BACKLOG)).await?);
     }
     report(&rows);
     Ok(())

@@ -184,18 +184,23 @@ pub(super) async fn observed_drain(
 
 /// Runs `w` until it has settled [`TASKS`], timed from its start.
 pub(super) async fn drain_with(w: Worker<PgPool>) -> Result<Round, String> {
+    drain_until(w, TASKS).await
+}
+
+/// Runs `w` until it has settled `tasks`, timed from its start.
+pub(super) async fn drain_until(w: Worker<PgPool>, tasks: usize) -> Result<Round, String> {
     let handle = w.handle();
     let clock = CpuClock::start();
     let started = Instant::now();
     let run = tokio::spawn(w.run());
-    while (handle.settled() as usize) < TASKS {
+    while (handle.settled() as usize) < tasks {
         if started.elapsed() > Duration::from_secs(120) {
             handle.shutdown();
             return Err("drain: waymark did not finish in 120 s".to_owned());
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let round = clock.round(TASKS);
+    let round = clock.round(tasks);
     handle.shutdown();
     run.await.map_err(|e| e.to_string())?;
     Ok(round)
