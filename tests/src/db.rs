@@ -98,3 +98,38 @@ impl TestDatabase {
         let _ = client.batch_execute(&format!("drop database if exists {} with (force)", self.name)).await;
     }
 }
+
+/// The task table's footprint and churn, as the server's statistics give
+/// them (`cargo xtask bench soak` samples it every minute).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TableHealth {
+    /// The heap (with its TOAST and maps), in bytes.
+    pub table_bytes: i64,
+    /// Every index of the table together, in bytes.
+    pub index_bytes: i64,
+    pub live_rows: i64,
+    pub dead_rows: i64,
+    /// Autovacuum runs on the table since the statistics were reset.
+    pub autovacuums: i64,
+}
+
+/// [`TableHealth`] of `cairnq_tasks` in the installation `client` sees.
+pub async fn table_health(client: &tokio_postgres::Client) -> Result<TableHealth, String> {
+    let row = client
+        .query_one(
+            "select pg_table_size(s.relid), pg_indexes_size(s.relid), s.n_live_tup, s.n_dead_tup, \
+                    s.autovacuum_count \
+               from pg_stat_user_tables s \
+              where s.relid = 'cairnq_tasks'::regclass",
+            &[],
+        )
+        .await
+        .map_err(|e| format!("reading the task table's statistics: {e}"))?;
+    Ok(TableHealth {
+        table_bytes: row.get(0),
+        index_bytes: row.get(1),
+        live_rows: row.get(2),
+        dead_rows: row.get(3),
+        autovacuums: row.get(4),
+    })
+}

@@ -205,3 +205,41 @@ pub async fn purge_all(client: &Client, older_than_ms: i64, limit: i64) -> Resul
         }
     }
 }
+
+/// The server's write-ahead log position, in bytes from its origin.
+pub async fn wal_position(client: &Client) -> Result<i64, String> {
+    let row = client
+        .query_one("select (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint", &[])
+        .await
+        .map_err(|e| format!("reading the WAL position: {e}"))?;
+    Ok(row.get(0))
+}
+
+/// Takes the notify trigger off the task table (`bench server` only: what
+/// a task costs without it; cairnq's schema always has it).
+pub async fn disable_notify_trigger(client: &Client) -> Result<(), String> {
+    client
+        .batch_execute("alter table cairnq_tasks disable trigger cairnq_tasks_notify")
+        .await
+        .map_err(|e| format!("disabling the notify trigger: {e}"))
+}
+
+/// Drops every index of the task table but the primary key, the claim
+/// index and the lease index (`bench server` only: what the listing and
+/// retention indexes cost each task).
+pub async fn drop_secondary_indexes(client: &Client) -> Result<(), String> {
+    client
+        .batch_execute(
+            "drop index cairnq_tasks_claim_name_idx, cairnq_tasks_completed_idx, cairnq_tasks_correlation_idx, \
+                        cairnq_tasks_name_idx, cairnq_tasks_queue_completed_idx, cairnq_tasks_root_idx, \
+                        cairnq_tasks_status_completed_idx",
+        )
+        .await
+        .map_err(|e| format!("dropping the secondary indexes: {e}"))
+}
+
+/// Commits on this session return before their WAL is flushed (`bench
+/// server` only: what the wait for the disk costs each task).
+pub async fn no_commit_wait(client: &Client) -> Result<(), String> {
+    client.batch_execute("set synchronous_commit = off").await.map_err(|e| format!("synchronous_commit: {e}"))
+}

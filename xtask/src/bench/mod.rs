@@ -8,7 +8,9 @@
 //!
 //! `cargo xtask bench` builds and runs itself in release mode; `binding`
 //! compares statement binding modes, `explain` prints the hot statements'
-//! plans on a large backlog.
+//! plans on a large backlog, `soak` holds a steady load for a quarter of an
+//! hour (not part of `all`), `server` shows where the server's time per
+//! task goes.
 
 mod backlog;
 mod baseline;
@@ -20,6 +22,8 @@ mod limits;
 mod measure;
 mod python;
 mod scenarios;
+mod server;
+mod soak;
 mod spread;
 mod telemetry;
 
@@ -61,10 +65,12 @@ pub async fn run(args: &[String]) -> Result<(), String> {
         Some("binding") => binding::binding().await,
         Some("explain") => explain::explain().await,
         Some("dashboard") => dashboard::dashboard().await,
+        Some("soak") => soak::soak(&rest[1..]).await,
+        Some("server") => server::server_costs().await,
         None | Some("all") => all(&SCENARIOS, rounds).await,
         Some(one) if SCENARIOS.contains(&one) => all(&[one], rounds).await,
         Some(other) => Err(format!(
-            "bench: unknown scenario {other:?} (known: all, binding, explain, dashboard, {})",
+            "bench: unknown scenario {other:?} (known: all, binding, explain, dashboard, soak, server, {})",
             SCENARIOS.join(", ")
         )),
     }

@@ -1,0 +1,316 @@
+//! `cargo xtask bench soak [--minutes N]`: a steady load for a long time,
+//! the way a queue lives in production. First a drain of [`TASKS`] measures
+//! the capacity of the soak's worker settings; then producers offer
+//! [`LOAD`] of that capacity, in small batches every few milliseconds, for
+//! N minutes (15 unless said), to one worker, while the retention sweeper
+//! purges what finished more than [`KEEP`] ago. Every minute it reports the
+//! throughput, the submit-to-start latency of a sample of the tasks, and
+//! the task table's size, dead rows and autovacuum runs; at the end, the
+//! last minute beside the first and the sizes beside the first minute
+//! after warm-up. CI does not run it (it takes a quarter of an hour).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use waymark_store::{NewTask, Retention, Sweeper};
+use waymark_tests::db::{table_health, TableHealth};
+
+use super::measure::percentiles;
+use super::scenarios::{backlog, drain_with, fresh, worker};
+use super::TASKS;
+
+const DEFAULT_MINUTES: u64 = 15;
+/// The share of the measured capacity offered.
+const LOAD: f64 = 0.7;
+/// The worker's settings: those of the mixed-load scenario, where pickup
+/// latency counts as much as throughput.
+const CONCURRENCY: usize = 256;
+const SETTLE: usize = 128;
+const PRODUCERS: usize = 4;
+/// Each producer submits what it owes every tick.
+const TICK: Duration = Duration::from_millis(10);
+/// Terminal tasks older than this are purged...
+const KEEP: Duration = Duration::from_secs(60);
+/// ...by a sweep this often.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+/// One task in this many carries a latency stamp.
+const SAMPLE_EVERY: u64 = 20;
+/// Minutes before the table reaches its steady size: tasks are kept for
+/// [`KEEP`], then swept.
+const WARM_UP_MINUTES: usize = 2;
+
+pub(super) async fn soak(args: &[String]) -> Result<(), String> {
+    let minutes = minutes_arg(args)?;
+    let server = crate::demo::find_postgres().await?;
+    println!(
+        "soak: measuring the capacity of concurrency {CONCURRENCY}, settle batch {SETTLE} on {TASKS} tasks"
+    );
+    let capacity = {
+        let (_url, store) = fresh(&server, "waymark_bench_soak").await?;
+        backlog(&store, "bench", TASKS).await?;
+        drain_with(worker(&store, "bench", CONCURRENCY, SETTLE, Arc::new(|_| {}))?).await?.tasks_per_s
+    };
+    let rate = capacity * LOAD;
+    println!(
+        "soak: capacity {capacity:.0} tasks/s; offering {rate:.0} tasks/s ({:.0} %) for {minutes} min, \
+         purging tasks finished {} s ago every {} s",
+        LOAD * 100.0,
+        KEEP.as_secs(),
+        SWEEP_EVERY.as_secs()
+    );
+
+    let (url, store) = fresh(&server, "waymark_bench_soak").await?;
+    let client = waymark_tests::db::admin_client(&url).await;
+    let pickups = Arc::new(Pickups::default());
+    let on_start: Arc<dyn Fn(&serde_json::Value) + Send + Sync> = {
+        let p = pickups.clone();
+        Arc::new(move |payload| p.started(payload))
+    };
+    let w = worker(&store, "bench", CONCURRENCY, SETTLE, on_start)?;
+    let handle = w.handle();
+    let run = tokio::spawn(w.run());
+    let purged = Arc::new(AtomicU64::new(0));
+    let sweep_failures = Arc::new(AtomicU64::new(0));
+    let sweeper = {
+        let (purged, failures) = (purged.clone(), sweep_failures.clone());
+        Sweeper::start(
+            store.clone(),
+            Retention::older_than(KEEP).interval(SWEEP_EVERY),
+            Arc::new(move |out| match out {
+                Ok(n) => {
+                    purged.fetch_add(n, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    failures.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("soak: a sweep failed: {e}");
+                }
+            }),
+        )
+        .map_err(|e| e.to_string())?
+    };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let submitted = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut producers = Vec::new();
+    for p in 0..PRODUCERS {
+        let (store, pickups, stop, submitted) =
+            (store.clone(), pickups.clone(), stop.clone(), submitted.clone());
+        let per_producer = rate / PRODUCERS as f64;
+        producers.push(tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(TICK);
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                ticks.tick().await;
+                let owed = (started.elapsed().as_secs_f64() * per_producer) as u64;
+                // Behind by more than a batch: the rest goes next tick.
+                let n = owed.saturating_sub(sent).min(500);
+                if n == 0 {
+                    continue;
+                }
+                // Sequence numbers interleave the producers: p, p + P, ...
+                let seqs: Vec<u64> = (sent..sent + n).map(|k| k * PRODUCERS as u64 + p as u64).collect();
+                let batch =
+                    seqs.iter().map(|s| NewTask::new("bench.noop", json!({ "seq": s })).queue("bench"));
+                store.submit_batch(batch).await.map_err(|e| format!("soak submit: {e}"))?;
+                pickups.committed(seqs.iter().copied());
+                sent += n;
+                submitted.fetch_add(n, Ordering::Relaxed);
+            }
+            Ok::<_, String>(())
+        }));
+    }
+
+    let mut minutes_seen: Vec<Minute> = Vec::new();
+    let (mut last_settled, mut last_submitted, mut last_purged) = (0u64, 0u64, 0u64);
+    let first = table_health(&client).await?;
+    println!(
+        "\n{:>3} {:>9} {:>9} {:>13} {:>9} {:>9} {:>9} {:>9} {:>8} {:>4}",
+        "min", "offered/s", "done/s", "p50/p99 ms", "table MB", "index MB", "live", "dead", "purged", "avac"
+    );
+    for m in 1..=minutes {
+        let due = started + Duration::from_secs(60 * m);
+        while Instant::now() < due {
+            if producers.iter().any(|p| p.is_finished()) {
+                break; // a producer failed: its error is taken below
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        if producers.iter().any(|p| p.is_finished()) {
+            stop.store(true, Ordering::Relaxed);
+            for p in producers {
+                p.await.map_err(|e| e.to_string())??;
+            }
+            return Err("soak: a producer stopped early".to_owned());
+        }
+        let (settled, sub, pur) =
+            (handle.settled(), submitted.load(Ordering::Relaxed), purged.load(Ordering::Relaxed));
+        let health = table_health(&client).await?;
+        let minute = Minute {
+            minute: m as usize,
+            offered_per_s: (sub - last_submitted) as f64 / 60.0,
+            done_per_s: (settled - last_settled) as f64 / 60.0,
+            pickup_ms: pickups.window(),
+            health,
+            purged: pur - last_purged,
+        };
+        (last_settled, last_submitted, last_purged) = (settled, sub, pur);
+        minute.print(&first);
+        minutes_seen.push(minute);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for p in producers {
+        p.await.map_err(|e| e.to_string())??;
+    }
+    handle.shutdown();
+    run.await.map_err(|e| e.to_string())?;
+    sweeper.stop();
+    summary(&minutes_seen, rate, capacity, sweep_failures.load(Ordering::Relaxed))
+}
+
+fn minutes_arg(args: &[String]) -> Result<u64, String> {
+    match args {
+        [] => Ok(DEFAULT_MINUTES),
+        [flag, n] if flag == "--minutes" => n
+            .parse()
+            .ok()
+            .filter(|n| *n >= 2)
+            .ok_or(format!("bench soak: --minutes must be a whole number of at least 2, got {n:?}")),
+        other => Err(format!("bench soak: unexpected arguments {other:?} (takes --minutes N)")),
+    }
+}
+
+/// One minute of the soak.
+struct Minute {
+    minute: usize,
+    offered_per_s: f64,
+    done_per_s: f64,
+    /// p50, p95, p99 of the sampled tasks that started this minute.
+    pickup_ms: Option<[f64; 3]>,
+    health: TableHealth,
+    purged: u64,
+}
+
+impl Minute {
+    fn print(&self, first: &TableHealth) {
+        let mb = |b: i64| b as f64 / 1048576.0;
+        let lat =
+            self.pickup_ms.map(|l| format!("{:.1}/{:.1}", l[0], l[2])).unwrap_or_else(|| "-".to_owned());
+        println!(
+            "{:>3} {:>9.0} {:>9.0} {:>13} {:>9.1} {:>9.1} {:>9} {:>9} {:>8} {:>4}",
+            self.minute,
+            self.offered_per_s,
+            self.done_per_s,
+            lat,
+            mb(self.health.table_bytes),
+            mb(self.health.index_bytes),
+            self.health.live_rows,
+            self.health.dead_rows,
+            self.purged,
+            self.health.autovacuums - first.autovacuums
+        );
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "minute": self.minute,
+            "offered_per_s": self.offered_per_s,
+            "done_per_s": self.done_per_s,
+            "p50_ms": self.pickup_ms.map(|l| l[0]),
+            "p95_ms": self.pickup_ms.map(|l| l[1]),
+            "p99_ms": self.pickup_ms.map(|l| l[2]),
+            "table_bytes": self.health.table_bytes,
+            "index_bytes": self.health.index_bytes,
+            "live_rows": self.health.live_rows,
+            "dead_rows": self.health.dead_rows,
+            "autovacuums": self.health.autovacuums,
+            "purged": self.purged,
+        })
+    }
+}
+
+fn summary(minutes: &[Minute], rate: f64, capacity: f64, sweep_failures: u64) -> Result<(), String> {
+    let (Some(first), Some(last)) = (minutes.first(), minutes.last()) else {
+        return Err("soak: no minute was measured".to_owned());
+    };
+    let warm = minutes.get(WARM_UP_MINUTES).unwrap_or(first);
+    let size = |m: &Minute| (m.health.table_bytes + m.health.index_bytes) as f64;
+    let p50 = |m: &Minute| m.pickup_ms.map_or(f64::NAN, |l| l[0]);
+    let p99 = |m: &Minute| m.pickup_ms.map_or(f64::NAN, |l| l[2]);
+    let doc = json!({
+        "scenario": "soak",
+        "capacity_per_s": capacity,
+        "offered_per_s": rate,
+        "minutes": minutes.iter().map(Minute::json).collect::<Vec<_>>(),
+        "last_over_first_throughput": last.done_per_s / first.done_per_s,
+        "last_over_first_p50": p50(last) / p50(first),
+        "last_over_first_p99": p99(last) / p99(first),
+        "size_growth_after_warm_up": size(last) / size(warm) - 1.0,
+        "sweep_failures": sweep_failures,
+    });
+    println!(
+        "\nsoak: the last minute ran {:.0} tasks/s against the first's {:.0} ({:.3}); pickup p50 {:.1} ms against \
+         {:.1}, p99 {:.1} against {:.1}; table and indexes {:.1} MB after minute {} and {:.1} MB at the end ({:+.1} %); \
+         {sweep_failures} sweep(s) failed",
+        last.done_per_s,
+        first.done_per_s,
+        last.done_per_s / first.done_per_s,
+        p50(last),
+        p50(first),
+        p99(last),
+        p99(first),
+        size(warm) / 1048576.0,
+        warm.minute,
+        size(last) / 1048576.0,
+        (size(last) / size(warm) - 1.0) * 100.0,
+    );
+    let dir = crate::workspace_root().join("target/waymark-bench");
+    let file = dir.join("soak.json");
+    std::fs::create_dir_all(&dir)
+        .and_then(|_| std::fs::write(&file, serde_json::to_string_pretty(&doc).unwrap_or_default()))
+        .map_err(|e| format!("writing {}: {e}", file.display()))?;
+    println!("soak: figures written to {}\n{doc}", file.display());
+    Ok(())
+}
+
+/// Submit-commit and handler-start instants of the sampled tasks, taken
+/// out a minute at a time.
+#[derive(Default)]
+struct Pickups {
+    committed: Mutex<HashMap<u64, Instant>>,
+    started: Mutex<HashMap<u64, Instant>>,
+}
+
+impl Pickups {
+    fn committed(&self, seqs: impl Iterator<Item = u64>) {
+        let now = Instant::now();
+        let mut c = self.committed.lock().unwrap();
+        c.extend(seqs.filter(|s| s % SAMPLE_EVERY == 0).map(|s| (s, now)));
+    }
+
+    fn started(&self, payload: &serde_json::Value) {
+        if let Some(seq) = payload["seq"].as_u64().filter(|s| s % SAMPLE_EVERY == 0) {
+            self.started.lock().unwrap().entry(seq).or_insert_with(Instant::now);
+        }
+    }
+
+    /// Percentiles of the samples whose start and commit are both known,
+    /// which are then forgotten; a start seen before its submit returned
+    /// waits for the commit stamp.
+    fn window(&self) -> Option<[f64; 3]> {
+        let mut committed = self.committed.lock().unwrap();
+        let mut started = self.started.lock().unwrap();
+        let mut samples = Vec::new();
+        started.retain(|seq, s| match committed.remove(seq) {
+            Some(c) => {
+                samples.push(s.saturating_duration_since(c).as_secs_f64() * 1e3);
+                false
+            }
+            None => true,
+        });
+        (!samples.is_empty()).then(|| percentiles(&samples))
+    }
+}
