@@ -20,6 +20,7 @@ mod dashboard;
 mod explain;
 mod limits;
 mod measure;
+mod peers;
 mod python;
 mod scenarios;
 mod server;
@@ -61,14 +62,24 @@ const DRAIN_SETTINGS: [(usize, usize); 5] = [(128, 64), (512, 256), (1024, 512),
 
 pub async fn run(args: &[String]) -> Result<(), String> {
     let (rounds, rest) = rounds_arg(args)?;
+    let with_peers = rest.iter().any(|a| a == "--peers");
+    let rest: Vec<String> = rest.into_iter().filter(|a| a != "--peers").collect();
+    let peers = |chosen: &[&str]| -> Result<Option<std::path::PathBuf>, String> {
+        let compared = ["enqueue", "drain", "latency"];
+        match with_peers {
+            true if chosen.iter().any(|c| compared.contains(c)) => peers::build().map(Some),
+            true => Err(format!("bench: --peers compares only {}", compared.join(", "))),
+            false => Ok(None),
+        }
+    };
     match rest.first().map(String::as_str) {
         Some("binding") => binding::binding().await,
         Some("explain") => explain::explain().await,
         Some("dashboard") => dashboard::dashboard().await,
         Some("soak") => soak::soak(&rest[1..]).await,
         Some("server") => server::server_costs().await,
-        None | Some("all") => all(&SCENARIOS, rounds).await,
-        Some(one) if SCENARIOS.contains(&one) => all(&[one], rounds).await,
+        None | Some("all") => all(&SCENARIOS, rounds, peers(&SCENARIOS)?).await,
+        Some(one) if SCENARIOS.contains(&one) => all(&[one], rounds, peers(&[one])?).await,
         Some(other) => Err(format!(
             "bench: unknown scenario {other:?} (known: all, binding, explain, dashboard, soak, server, {})",
             SCENARIOS.join(", ")
@@ -154,7 +165,7 @@ async fn rounds(rounds: usize, rows: &mut [Row], runs: &[RoundFn<'_>]) -> Result
     Ok(())
 }
 
-async fn all(which: &[&str], rounds: Option<usize>) -> Result<(), String> {
+async fn all(which: &[&str], rounds: Option<usize>, peers: Option<std::path::PathBuf>) -> Result<(), String> {
     let n = |default: usize| rounds.unwrap_or(default);
     let server = crate::demo::find_postgres().await?;
     let sync = waymark_tests::db::server_setting(&server, "synchronous_commit").await?;
@@ -166,11 +177,20 @@ async fn all(which: &[&str], rounds: Option<usize>) -> Result<(), String> {
         }
         rows.extend(enqueue_batch(&server, n(ROUNDS_ENQUEUE_BATCH)).await?);
     }
+    if let (Some(bin), true) = (&peers, which.contains(&"enqueue")) {
+        rows.extend(peers::scenario(bin, &server, "enqueue", n(ROUNDS_ENQUEUE_BATCH)).await?);
+    }
     if which.contains(&"drain") {
         rows.extend(drain(&server, n(ROUNDS_DRAIN)).await?);
+        if let Some(bin) = &peers {
+            rows.extend(peers::scenario(bin, &server, "drain", n(ROUNDS_DRAIN)).await?);
+        }
     }
     if which.contains(&"latency") {
         rows.extend(latency(&server, n(ROUNDS_LATENCY)).await?);
+        if let Some(bin) = &peers {
+            rows.extend(peers::scenario(bin, &server, "latency", n(ROUNDS_LATENCY)).await?);
+        }
     }
     if which.contains(&"mixed") {
         rows.extend(mixed(&server, n(ROUNDS_MIXED)).await?);
@@ -191,6 +211,7 @@ async fn all(which: &[&str], rounds: Option<usize>) -> Result<(), String> {
         rows.extend(backlog::backlog_cost(&server, n(ROUNDS_BACKLOG)).await?);
     }
     report(&rows);
+    peers::report(&rows);
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! `cargo xtask bench soak [--minutes N]`: a steady load for a long time,
-//! the way a queue lives in production. First a drain of [`TASKS`] measures
-//! the capacity of the soak's worker settings; then producers offer
+//! the way a queue lives in production. First the capacity of the soak's
+//! worker settings is measured: what it settles while producers submit as
+//! fast as they can beside it. Then producers offer
 //! [`LOAD`] of that capacity, in small batches every few milliseconds, for
 //! N minutes (15 unless said), to one worker, while the retention sweeper
 //! purges what finished more than [`KEEP`] ago. Every minute it reports the
@@ -17,10 +18,10 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use waymark_store::{NewTask, Retention, Sweeper};
 use waymark_tests::db::{table_health, TableHealth};
+use waymark_tests::private_cluster::PrivateCluster;
 
 use super::measure::percentiles;
-use super::scenarios::{backlog, drain_with, fresh, worker};
-use super::TASKS;
+use super::scenarios::{fresh, worker};
 
 const DEFAULT_MINUTES: u64 = 15;
 /// The share of the measured capacity offered.
@@ -44,15 +45,28 @@ const WARM_UP_MINUTES: usize = 2;
 
 pub(super) async fn soak(args: &[String]) -> Result<(), String> {
     let minutes = minutes_arg(args)?;
-    let server = crate::demo::find_postgres().await?;
+    // A server of its own with PostgreSQL's stock settings, autovacuum on
+    // among them: how a table lives for hours depends on it, and a shared
+    // server's settings (this machine's has autovacuum off) are not ours
+    // to change. Durable, as the other scenarios' server is.
+    let cluster = tokio::task::spawn_blocking(|| {
+        PrivateCluster::builder()
+            .max_connections(100)
+            .setting("fsync", "on")
+            .setting("full_page_writes", "on")
+            .setting("shared_buffers", "128MB")
+            .setting("autovacuum", "on")
+            .start("soak")
+    })
+    .await
+    .map_err(|e| format!("soak: starting a PostgreSQL server of its own: {e}"))?;
+    let server = cluster.url("postgres");
+    println!("soak: a server of its own on port {} (stock settings, autovacuum on, fsync on)", cluster.port());
     println!(
-        "soak: measuring the capacity of concurrency {CONCURRENCY}, settle batch {SETTLE} on {TASKS} tasks"
+        "soak: measuring the capacity of concurrency {CONCURRENCY}, settle batch {SETTLE}, \
+         with {PRODUCERS} producers submitting flat out"
     );
-    let capacity = {
-        let (_url, store) = fresh(&server, "waymark_bench_soak").await?;
-        backlog(&store, "bench", TASKS).await?;
-        drain_with(worker(&store, "bench", CONCURRENCY, SETTLE, Arc::new(|_| {}))?).await?.tasks_per_s
-    };
+    let capacity = capacity(&server).await?;
     let rate = capacity * LOAD;
     println!(
         "soak: capacity {capacity:.0} tasks/s; offering {rate:.0} tasks/s ({:.0} %) for {minutes} min, \
@@ -168,7 +182,45 @@ pub(super) async fn soak(args: &[String]) -> Result<(), String> {
     handle.shutdown();
     run.await.map_err(|e| e.to_string())?;
     sweeper.stop();
-    summary(&minutes_seen, rate, capacity, sweep_failures.load(Ordering::Relaxed))
+    drop(client);
+    let out = summary(&minutes_seen, rate, capacity, sweep_failures.load(Ordering::Relaxed));
+    tokio::task::spawn_blocking(move || drop(cluster)).await.map_err(|e| e.to_string())?;
+    out
+}
+
+/// Tasks per second one worker settles while the producers submit as fast
+/// as they can: the rate a steady load is measured against (a drain of a
+/// standing backlog alone gets the server to itself, and is faster).
+async fn capacity(server: &str) -> Result<f64, String> {
+    const WARM: Duration = Duration::from_secs(5);
+    const MEASURED: Duration = Duration::from_secs(20);
+    let (_url, store) = fresh(server, "waymark_bench_soak").await?;
+    let w = worker(&store, "bench", CONCURRENCY, SETTLE, Arc::new(|_| {}))?;
+    let handle = w.handle();
+    let run = tokio::spawn(w.run());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut producers = Vec::new();
+    for _ in 0..PRODUCERS {
+        let (store, stop) = (store.clone(), stop.clone());
+        producers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let batch = (0..100).map(|i| NewTask::new("bench.noop", json!({ "n": i })).queue("bench"));
+                store.submit_batch(batch).await.map_err(|e| format!("soak submit: {e}"))?;
+            }
+            Ok::<_, String>(())
+        }));
+    }
+    tokio::time::sleep(WARM).await;
+    let (from, at) = (handle.settled(), Instant::now());
+    tokio::time::sleep(MEASURED).await;
+    let rate = (handle.settled() - from) as f64 / at.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for p in producers {
+        p.await.map_err(|e| e.to_string())??;
+    }
+    handle.shutdown();
+    run.await.map_err(|e| e.to_string())?;
+    Ok(rate)
 }
 
 fn minutes_arg(args: &[String]) -> Result<u64, String> {
