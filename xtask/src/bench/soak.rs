@@ -61,7 +61,10 @@ pub(super) async fn soak(args: &[String]) -> Result<(), String> {
     .await
     .map_err(|e| format!("soak: starting a PostgreSQL server of its own: {e}"))?;
     let server = cluster.url("postgres");
-    println!("soak: a server of its own on port {} (stock settings, autovacuum on, fsync on)", cluster.port());
+    println!(
+        "soak: a server of its own on port {} (stock settings, autovacuum on, fsync on)",
+        cluster.port()
+    );
     println!(
         "soak: measuring the capacity of concurrency {CONCURRENCY}, settle batch {SETTLE}, \
          with {PRODUCERS} producers submitting flat out"
