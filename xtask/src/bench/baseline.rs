@@ -224,13 +224,13 @@ pub async fn disable_notify_trigger(client: &Client) -> Result<(), String> {
         .map_err(|e| format!("disabling the notify trigger: {e}"))
 }
 
-/// Drops every index of the task table but the primary key, the claim
-/// index and the lease index (`bench server` only: what the listing and
-/// retention indexes cost each task).
+/// Drops every index of the task table but the primary key, the two claim
+/// indexes and the lease index (`bench server` only: what the listing,
+/// tree and retention indexes cost each task).
 pub async fn drop_secondary_indexes(client: &Client) -> Result<(), String> {
     client
         .batch_execute(
-            "drop index cairnq_tasks_claim_name_idx, cairnq_tasks_completed_idx, cairnq_tasks_correlation_idx, \
+            "drop index cairnq_tasks_completed_idx, cairnq_tasks_correlation_idx, \
                         cairnq_tasks_name_idx, cairnq_tasks_queue_completed_idx, cairnq_tasks_root_idx, \
                         cairnq_tasks_status_completed_idx",
         )

@@ -17,6 +17,9 @@ pub struct Round {
     /// The rest of the machine over the round, in cores: on the bench's
     /// machine, mostly PostgreSQL.
     pub other_cpu: f64,
+    /// What the contestant said of its run (a peer's version and
+    /// settings), added to its row's settings.
+    pub note: Option<String>,
 }
 
 /// CPU counters at the start of a round.
@@ -42,7 +45,13 @@ impl CpuClock {
     /// A round of `tasks` finished now.
     pub fn round(&self, tasks: usize) -> Round {
         let (cpu, other_cpu) = self.cores();
-        Round { tasks_per_s: rate(tasks, self.wall.elapsed()), latency_ms: Vec::new(), cpu, other_cpu }
+        Round {
+            tasks_per_s: rate(tasks, self.wall.elapsed()),
+            latency_ms: Vec::new(),
+            cpu,
+            other_cpu,
+            note: None,
+        }
     }
 }
 

@@ -64,6 +64,14 @@ pub async fn run(args: &[String]) -> Result<(), String> {
     let (rounds, rest) = rounds_arg(args)?;
     let with_peers = rest.iter().any(|a| a == "--peers");
     let rest: Vec<String> = rest.into_iter().filter(|a| a != "--peers").collect();
+    if with_peers
+        && matches!(
+            rest.first().map(String::as_str),
+            Some("binding" | "explain" | "dashboard" | "soak" | "server")
+        )
+    {
+        return Err("bench: --peers goes with the enqueue, drain and latency scenarios (or all)".to_owned());
+    }
     let peers = |chosen: &[&str]| -> Result<Option<std::path::PathBuf>, String> {
         let compared = ["enqueue", "drain", "latency"];
         match with_peers {
@@ -159,6 +167,11 @@ async fn rounds(rounds: usize, rows: &mut [Row], runs: &[RoundFn<'_>]) -> Result
                 rows[i].detail,
                 round.tasks_per_s
             );
+            if let Some(note) = &round.note {
+                if !rows[i].detail.contains(note.as_str()) {
+                    rows[i].detail = format!("{}; {note}", rows[i].detail);
+                }
+            }
             rows[i].rounds.push(round);
         }
     }
@@ -173,24 +186,17 @@ async fn all(which: &[&str], rounds: Option<usize>, peers: Option<std::path::Pat
     let mut rows = Vec::new();
     if which.contains(&"enqueue") {
         for producers in [1, 16] {
-            rows.extend(enqueue_single(&server, producers, n(ROUNDS_ENQUEUE_SINGLE)).await?);
+            rows.extend(
+                enqueue_single(&server, producers, n(ROUNDS_ENQUEUE_SINGLE), peers.as_deref()).await?,
+            );
         }
-        rows.extend(enqueue_batch(&server, n(ROUNDS_ENQUEUE_BATCH)).await?);
-    }
-    if let (Some(bin), true) = (&peers, which.contains(&"enqueue")) {
-        rows.extend(peers::scenario(bin, &server, "enqueue", n(ROUNDS_ENQUEUE_BATCH)).await?);
+        rows.extend(enqueue_batch(&server, n(ROUNDS_ENQUEUE_BATCH), peers.as_deref()).await?);
     }
     if which.contains(&"drain") {
-        rows.extend(drain(&server, n(ROUNDS_DRAIN)).await?);
-        if let Some(bin) = &peers {
-            rows.extend(peers::scenario(bin, &server, "drain", n(ROUNDS_DRAIN)).await?);
-        }
+        rows.extend(drain(&server, n(ROUNDS_DRAIN), peers.as_deref()).await?);
     }
     if which.contains(&"latency") {
-        rows.extend(latency(&server, n(ROUNDS_LATENCY)).await?);
-        if let Some(bin) = &peers {
-            rows.extend(peers::scenario(bin, &server, "latency", n(ROUNDS_LATENCY)).await?);
-        }
+        rows.extend(latency(&server, n(ROUNDS_LATENCY), peers.as_deref()).await?);
     }
     if which.contains(&"mixed") {
         rows.extend(mixed(&server, n(ROUNDS_MIXED)).await?);

@@ -1,38 +1,41 @@
 //! `cargo xtask bench --peers`: graphile_worker and apalis-postgres, the
-//! libraries a Rust user would pick instead, in the same scenarios of the
-//! same run. They live in a crate of their own (`xtask/peers`, its own
-//! workspace and lock file), built here on demand, so neither waymark nor
-//! this xtask ever depends on them. Each run is a subprocess on a fresh,
-//! empty database that the peer migrates itself; it prints one JSON line.
-//! Each peer runs with its tuned settings and with its defaults, and is
-//! reported as a ratio to waymark's figure in the same scenario.
+//! libraries a Rust user would pick instead, as contestants in the enqueue,
+//! drain and latency scenarios: in the same rounds as waymark and the
+//! baseline, in the order that flips every round. They live in a crate of
+//! their own (`xtask/peers`, its own workspace and lock file), built here on
+//! demand, so neither waymark nor this xtask ever depends on them. Each run
+//! is a subprocess on a fresh, empty database that the peer migrates itself;
+//! it prints one JSON line. Each peer runs with its tuned settings, and in
+//! the drain and latency scenarios with its defaults too, and is reported
+//! as a ratio to waymark's figure in the same scenario.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use super::measure::Round;
-use super::{rounds, RoundFn, Row, BATCH, LATENCY_TASKS, TASKS};
+use super::{RoundFn, Row, BATCH, LATENCY_TASKS, TASKS};
 
 /// The peers: (argument the runner takes, the name rows carry).
 const PEERS: [(&str, &str); 2] = [("graphile", "graphile_worker"), ("apalis", "apalis-postgres")];
-/// One-by-one submits per round: fewer than waymark's, since a peer's run
-/// also starts a process and migrates a schema; a rate is a rate.
-const SINGLE_TASKS: usize = 5_000;
 /// How long a drain at a peer's defaults may take before its rate so far
 /// is what counts.
 const DEFAULT_DRAIN_TIMEOUT_S: u64 = 30;
-/// Most rounds a peer's scenario gets (its process start and migration
-/// make each round longer than waymark's).
-const MAX_ROUNDS: usize = 4;
 
-/// Builds the runner in release mode and answers its path.
+/// Builds the runner in release mode and answers its path. Blocks: call it
+/// before the scenarios start.
 pub(super) fn build() -> Result<PathBuf, String> {
     let dir = crate::workspace_root().join("xtask/peers");
     println!("peers: building {} (graphile_worker, apalis-postgres) in release mode", dir.display());
     let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
         .args(["build", "--release", "--quiet", "--manifest-path"])
         .arg(dir.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(dir.join("target"))
+        // apalis-postgres checks its queries against DATABASE_URL when it is
+        // set (sqlx's macros); without it they use the crate's own copies.
+        .env_remove("DATABASE_URL")
+        .env("SQLX_OFFLINE", "true")
         .status()
         .map_err(|e| format!("peers: running cargo: {e}"))?;
     if !status.success() {
@@ -42,17 +45,15 @@ pub(super) fn build() -> Result<PathBuf, String> {
 }
 
 /// One peer's run of `scenario` on a fresh database.
-async fn one(
-    bin: &PathBuf,
-    server: &str,
-    peer: &str,
-    scenario: &str,
-    args: &[String],
-) -> Result<Peer, String> {
+async fn one(bin: &Path, server: &str, peer: &str, scenario: &str, args: &[String]) -> Result<Round, String> {
     let url = crate::demo::fresh_database(server, "waymark_bench_peer").await?;
+    // Plain TCP, as waymark and the baseline talk (see `scenarios::fresh`):
+    // sqlx would otherwise prefer TLS on a server with `ssl = on`.
+    let url = format!("{url}{}sslmode=disable", if url.contains('?') { '&' } else { '?' });
     let out = tokio::process::Command::new(bin)
         .args([peer, scenario, "--url", &url])
         .args(args)
+        .env_remove("PGSSLMODE")
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -75,103 +76,75 @@ async fn one(
     // (graphile_worker at its defaults drains a standing backlog at about
     // two jobs a second: its slots take one job per poll).
     let unfinished = doc["complete"] == serde_json::Value::Bool(false);
+    // A start seen before the submit call returned counts as no wait, as
+    // waymark's samples do (`measure::Stamps`).
     let latency_ms: Vec<f64> = doc["latency_ms"]
         .as_array()
-        .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
+        .map(|a| a.iter().filter_map(|x| x.as_f64()).map(|x| x.max(0.0)).collect())
         .unwrap_or_default();
-    Ok(Peer {
-        version: doc["system"].as_str().unwrap_or(peer).to_owned(),
-        settings: format!(
-            "{}{}",
+    Ok(Round {
+        tasks_per_s: doc["tasks_per_s"].as_f64().unwrap_or(f64::NAN),
+        latency_ms,
+        cpu: doc["cpu_cores"].as_f64().unwrap_or(f64::NAN),
+        other_cpu: f64::NAN, // the peer is another process
+        note: Some(format!(
+            "{}: {}{}",
+            doc["system"].as_str().unwrap_or(peer),
             doc["settings"].as_str().unwrap_or(""),
             if unfinished { " (did not finish in time: its rate so far)" } else { "" }
-        ),
-        round: Round {
-            tasks_per_s: doc["tasks_per_s"].as_f64().unwrap_or(f64::NAN),
-            latency_ms,
-            cpu: doc["cpu_cores"].as_f64().unwrap_or(f64::NAN),
-            other_cpu: f64::NAN, // the peer is another process
-        },
+        )),
     })
 }
 
-struct Peer {
-    version: String,
-    settings: String,
-    round: Round,
-}
-
-/// The peers' rows of one scenario of the bench (`enqueue`, `drain` or
-/// `latency`), each in `n` rounds (at most [`MAX_ROUNDS`]).
-pub(super) async fn scenario(bin: &PathBuf, server: &str, which: &str, n: usize) -> Result<Vec<Row>, String> {
-    let n = n.min(MAX_ROUNDS);
-    // (scenario, shape the row's detail starts with, arguments)
-    let cases: Vec<(&'static str, String, Vec<String>)> = match which {
-        "enqueue" => vec![
-            (
-                "enqueue-single",
-                "1 producer(s), one per call".to_owned(),
-                vec!["--tasks".into(), SINGLE_TASKS.to_string()],
-            ),
-            (
-                "enqueue-batch",
-                format!("1 producer, {BATCH} per call"),
-                vec!["--tasks".into(), TASKS.to_string(), "--batch".into(), BATCH.to_string()],
-            ),
-        ],
-        "drain" => vec![
-            (
-                "drain",
-                "tuned".to_owned(),
-                vec!["--tasks".into(), TASKS.to_string(), "--settings".into(), "tuned".into()],
-            ),
-            (
-                "drain",
-                "default settings".to_owned(),
-                vec![
-                    "--tasks".into(),
-                    TASKS.to_string(),
-                    "--settings".into(),
-                    "default".into(),
-                    "--timeout".into(),
-                    DEFAULT_DRAIN_TIMEOUT_S.to_string(),
-                ],
-            ),
-        ],
-        "latency" => vec![(
-            "latency",
-            format!("{LATENCY_TASKS} tasks, 20 ms apart, idle worker"),
-            vec!["--samples".into(), LATENCY_TASKS.to_string()],
-        )],
-        _ => return Ok(Vec::new()),
-    };
-    let mut out = Vec::new();
-    for (scenario, shape, args) in cases {
-        let mut rows: Vec<Row> =
-            PEERS.iter().map(|&(_, name)| Row::new(name, scenario, shape.clone())).collect();
-        let details = std::sync::Mutex::new(vec![String::new(); PEERS.len()]);
-        let runs: Vec<RoundFn<'_>> = PEERS
-            .iter()
-            .enumerate()
-            .map(|(i, (peer, _))| -> RoundFn<'_> {
-                let (args, details) = (&args, &details);
-                Box::new(move || {
-                    Box::pin(async move {
-                        let p = one(bin, server, peer, scenario, args).await?;
-                        details.lock().unwrap()[i] = format!("{}: {}", p.version, p.settings);
-                        Ok(p.round)
-                    })
-                })
-            })
-            .collect();
-        rounds(n, &mut rows, &runs).await?;
-        drop(runs);
-        for (row, d) in rows.iter_mut().zip(details.into_inner().unwrap()) {
-            row.detail = format!("{}; {d}", row.detail);
+/// The peers' contestants in one scenario of the bench (`enqueue-single`,
+/// `enqueue-batch`, `drain` or `latency`), for the scenario to add to its
+/// own rounds: (rows, runs), none without `bin`. `shape` starts each row's
+/// settings, as the scenario's own rows do.
+pub(super) fn contestants<'a>(
+    bin: Option<&'a Path>,
+    server: &'a str,
+    scenario: &'static str,
+    shape: &str,
+) -> (Vec<Row>, Vec<RoundFn<'a>>) {
+    let Some(bin) = bin else { return (Vec::new(), Vec::new()) };
+    let sized = |tasks: usize| vec!["--tasks".to_owned(), tasks.to_string()];
+    // (settings, arguments) per peer.
+    let settings: Vec<(&str, Vec<String>)> = match scenario {
+        "enqueue-single" => vec![("tuned", sized(TASKS))],
+        "enqueue-batch" => {
+            vec![("tuned", [sized(TASKS), vec!["--batch".into(), BATCH.to_string()]].concat())]
         }
-        out.extend(rows);
+        "drain" => vec![
+            ("tuned", sized(TASKS)),
+            (
+                "default settings",
+                [sized(TASKS), vec!["--timeout".into(), DEFAULT_DRAIN_TIMEOUT_S.to_string()]].concat(),
+            ),
+        ],
+        "latency" => {
+            let samples = vec!["--samples".to_owned(), LATENCY_TASKS.to_string()];
+            vec![("tuned", samples.clone()), ("default settings", samples)]
+        }
+        _ => Vec::new(),
+    };
+    let mut rows = Vec::new();
+    let mut runs: Vec<RoundFn<'a>> = Vec::new();
+    for (peer, name) in PEERS {
+        for (which, args) in &settings {
+            let detail = if shape.is_empty() { (*which).to_owned() } else { format!("{shape}, {which}") };
+            rows.push(Row::new(name, scenario, detail));
+            let mut args = args.clone();
+            args.extend([
+                "--settings".to_owned(),
+                if *which == "tuned" { "tuned" } else { "default" }.to_owned(),
+            ]);
+            runs.push(Box::new(move || {
+                let args = args.clone();
+                Box::pin(async move { one(bin, server, peer, scenario, &args).await })
+            }));
+        }
     }
-    Ok(out)
+    (rows, runs)
 }
 
 /// Each peer row against waymark's in the same scenario: throughput as

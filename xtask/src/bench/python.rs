@@ -80,5 +80,6 @@ async fn one(server: &str, tasks: usize, concurrency: usize, pool: usize) -> Res
         cpu: doc["cpu_cores"].as_f64().unwrap_or(f64::NAN),
         other_cpu: f64::NAN, // not measured: the worker is another process
         latency_ms: Vec::new(),
+        note: None,
     })
 }

@@ -1,6 +1,7 @@
 //! The scenarios, each waymark beside the raw-SQL baseline: enqueue one by
 //! one and in batches, drain, pickup latency, and a mixed load.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,8 @@ use waymark_worker::{Worker, WorkerBuilder};
 
 use super::measure::{CpuClock, Round, Stamps};
 use super::{
-    baseline, chart, python, rounds, RoundFn, Row, BATCH, DRAIN_SETTINGS, LATENCY_TASKS, MIXED_FOR, TASKS,
+    baseline, chart, peers, python, rounds, RoundFn, Row, BATCH, DRAIN_SETTINGS, LATENCY_TASKS, MIXED_FOR,
+    TASKS,
 };
 
 /// A fresh database with waymark's tables, and a store on it. Both systems
@@ -25,7 +27,12 @@ pub(super) async fn fresh(server: &str, name: &str) -> Result<(String, Arc<Store
     Ok((url, Arc::new(store)))
 }
 
-pub(super) async fn enqueue_single(server: &str, producers: usize, n: usize) -> Result<Vec<Row>, String> {
+pub(super) async fn enqueue_single(
+    server: &str,
+    producers: usize,
+    n: usize,
+    peers: Option<&Path>,
+) -> Result<Vec<Row>, String> {
     let detail = format!("{producers} producer(s), one per call");
     let mut rows = vec![
         Row::new("waymark", "enqueue-single", &detail),
@@ -78,11 +85,17 @@ pub(super) async fn enqueue_single(server: &str, producers: usize, n: usize) -> 
             Ok(clock.round(TASKS))
         })
     });
-    rounds(n, &mut rows, &[waymark, raw]).await?;
+    let mut runs = vec![waymark, raw];
+    if producers == 1 {
+        let (peer_rows, peer_runs) = peers::contestants(peers, server, "enqueue-single", &detail);
+        rows.extend(peer_rows);
+        runs.extend(peer_runs);
+    }
+    rounds(n, &mut rows, &runs).await?;
     Ok(rows)
 }
 
-pub(super) async fn enqueue_batch(server: &str, n: usize) -> Result<Vec<Row>, String> {
+pub(super) async fn enqueue_batch(server: &str, n: usize, peers: Option<&Path>) -> Result<Vec<Row>, String> {
     let detail = format!("1 producer, {BATCH} per statement");
     let mut rows = vec![
         Row::new("waymark", "enqueue-batch", &detail),
@@ -109,7 +122,10 @@ pub(super) async fn enqueue_batch(server: &str, n: usize) -> Result<Vec<Row>, St
             Ok(clock.round(TASKS))
         })
     });
-    rounds(n, &mut rows, &[waymark, raw]).await?;
+    let (peer_rows, peer_runs) = peers::contestants(peers, server, "enqueue-batch", &detail);
+    rows.extend(peer_rows);
+    let runs: Vec<RoundFn<'_>> = [waymark, raw].into_iter().chain(peer_runs).collect();
+    rounds(n, &mut rows, &runs).await?;
     Ok(rows)
 }
 
@@ -221,7 +237,7 @@ async fn default_drain(server: &str) -> Result<Round, String> {
     drain_with(w).await
 }
 
-pub(super) async fn drain(server: &str, n: usize) -> Result<Vec<Row>, String> {
+pub(super) async fn drain(server: &str, n: usize, peers: Option<&Path>) -> Result<Vec<Row>, String> {
     let mut rows: Vec<Row> = DRAIN_SETTINGS
         .iter()
         .map(|(c, s)| Row::new("waymark", "drain", format!("concurrency {c}, settle batch {s}")))
@@ -242,8 +258,13 @@ pub(super) async fn drain(server: &str, n: usize) -> Result<Vec<Row>, String> {
             Ok(clock.round(TASKS))
         })
     }));
+    let (peer_rows, peer_runs) = peers::contestants(peers, server, "drain", "");
+    let peer_count = peer_rows.len();
+    rows.extend(peer_rows);
+    runs.extend(peer_runs);
     rounds(n, &mut rows, &runs).await?;
 
+    let peer_rows = rows.split_off(rows.len() - peer_count);
     let base = rows.pop().expect("the baseline row");
     let defaults = rows.pop().expect("the default settings' row");
     let tried: Vec<(String, f64)> =
@@ -268,10 +289,10 @@ pub(super) async fn drain(server: &str, n: usize) -> Result<Vec<Row>, String> {
         defaults.tasks_per_s() / best.tasks_per_s(),
         best.detail
     );
-    Ok([Some(best), Some(defaults), Some(base), reference].into_iter().flatten().collect())
+    Ok([Some(best), Some(defaults), Some(base), reference].into_iter().flatten().chain(peer_rows).collect())
 }
 
-pub(super) async fn latency(server: &str, n: usize) -> Result<Vec<Row>, String> {
+pub(super) async fn latency(server: &str, n: usize, peers: Option<&Path>) -> Result<Vec<Row>, String> {
     let detail = format!("{LATENCY_TASKS} tasks, 20 ms apart, idle worker");
     let mut rows =
         vec![Row::new("waymark", "latency", &detail), Row::new(baseline::SYSTEM, "latency", &detail)];
@@ -324,7 +345,10 @@ pub(super) async fn latency(server: &str, n: usize) -> Result<Vec<Row>, String> 
             Ok(round)
         })
     });
-    rounds(n, &mut rows, &[waymark, raw]).await?;
+    let (peer_rows, peer_runs) = peers::contestants(peers, server, "latency", &detail);
+    rows.extend(peer_rows);
+    let runs: Vec<RoundFn<'_>> = [waymark, raw].into_iter().chain(peer_runs).collect();
+    rounds(n, &mut rows, &runs).await?;
     Ok(rows)
 }
 

@@ -151,8 +151,8 @@ pub(super) async fn soak(args: &[String]) -> Result<(), String> {
     for m in 1..=minutes {
         let due = started + Duration::from_secs(60 * m);
         while Instant::now() < due {
-            if producers.iter().any(|p| p.is_finished()) {
-                break; // a producer failed: its error is taken below
+            if producers.iter().any(|p| p.is_finished()) || run.is_finished() {
+                break; // a producer failed (its error is taken below), or the worker stopped
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -162,6 +162,10 @@ pub(super) async fn soak(args: &[String]) -> Result<(), String> {
                 p.await.map_err(|e| e.to_string())??;
             }
             return Err("soak: a producer stopped early".to_owned());
+        }
+        if run.is_finished() {
+            stop.store(true, Ordering::Relaxed);
+            return Err("soak: the worker stopped before the end".to_owned());
         }
         let (settled, sub, pur) =
             (handle.settled(), submitted.load(Ordering::Relaxed), purged.load(Ordering::Relaxed));
@@ -186,7 +190,7 @@ pub(super) async fn soak(args: &[String]) -> Result<(), String> {
     run.await.map_err(|e| e.to_string())?;
     sweeper.stop();
     drop(client);
-    let out = summary(&minutes_seen, rate, capacity, sweep_failures.load(Ordering::Relaxed));
+    let out = summary(&minutes_seen, &first, rate, capacity, sweep_failures.load(Ordering::Relaxed));
     tokio::task::spawn_blocking(move || drop(cluster)).await.map_err(|e| e.to_string())?;
     out
 }
@@ -269,7 +273,7 @@ impl Minute {
         );
     }
 
-    fn json(&self) -> serde_json::Value {
+    fn json(&self, first: &TableHealth) -> serde_json::Value {
         json!({
             "minute": self.minute,
             "offered_per_s": self.offered_per_s,
@@ -281,13 +285,19 @@ impl Minute {
             "index_bytes": self.health.index_bytes,
             "live_rows": self.health.live_rows,
             "dead_rows": self.health.dead_rows,
-            "autovacuums": self.health.autovacuums,
+            "autovacuums": self.health.autovacuums - first.autovacuums,
             "purged": self.purged,
         })
     }
 }
 
-fn summary(minutes: &[Minute], rate: f64, capacity: f64, sweep_failures: u64) -> Result<(), String> {
+fn summary(
+    minutes: &[Minute],
+    before: &TableHealth,
+    rate: f64,
+    capacity: f64,
+    sweep_failures: u64,
+) -> Result<(), String> {
     let (Some(first), Some(last)) = (minutes.first(), minutes.last()) else {
         return Err("soak: no minute was measured".to_owned());
     };
@@ -299,7 +309,7 @@ fn summary(minutes: &[Minute], rate: f64, capacity: f64, sweep_failures: u64) ->
         "scenario": "soak",
         "capacity_per_s": capacity,
         "offered_per_s": rate,
-        "minutes": minutes.iter().map(Minute::json).collect::<Vec<_>>(),
+        "minutes": minutes.iter().map(|m| m.json(before)).collect::<Vec<_>>(),
         "last_over_first_throughput": last.done_per_s / first.done_per_s,
         "last_over_first_p50": p50(last) / p50(first),
         "last_over_first_p99": p99(last) / p99(first),
@@ -331,6 +341,13 @@ fn summary(minutes: &[Minute], rate: f64, capacity: f64, sweep_failures: u64) ->
     Ok(())
 }
 
+/// Whether the task of sequence number `seq` carries a latency stamp: one
+/// in [`SAMPLE_EVERY`] of each producer's tasks (sequence numbers
+/// interleave the producers, so `seq` alone would pick one producer).
+fn sampled(seq: u64) -> bool {
+    (seq / PRODUCERS as u64).is_multiple_of(SAMPLE_EVERY)
+}
+
 /// Submit-commit and handler-start instants of the sampled tasks, taken
 /// out a minute at a time.
 #[derive(Default)]
@@ -343,11 +360,11 @@ impl Pickups {
     fn committed(&self, seqs: impl Iterator<Item = u64>) {
         let now = Instant::now();
         let mut c = self.committed.lock().unwrap();
-        c.extend(seqs.filter(|s| s % SAMPLE_EVERY == 0).map(|s| (s, now)));
+        c.extend(seqs.filter(|s| sampled(*s)).map(|s| (s, now)));
     }
 
     fn started(&self, payload: &serde_json::Value) {
-        if let Some(seq) = payload["seq"].as_u64().filter(|s| s % SAMPLE_EVERY == 0) {
+        if let Some(seq) = payload["seq"].as_u64().filter(|s| sampled(*s)) {
             self.started.lock().unwrap().entry(seq).or_insert_with(Instant::now);
         }
     }
