@@ -243,3 +243,13 @@ pub async fn drop_secondary_indexes(client: &Client) -> Result<(), String> {
 pub async fn no_commit_wait(client: &Client) -> Result<(), String> {
     client.batch_execute("set synchronous_commit = off").await.map_err(|e| format!("synchronous_commit: {e}"))
 }
+
+/// The process id of the session's backend (`bench server` reads its CPU
+/// time from `/proc` when the server runs on this machine).
+pub async fn backend_pid(client: &Client) -> Result<u32, String> {
+    let row = client
+        .query_one("select pg_backend_pid()", &[])
+        .await
+        .map_err(|e| format!("reading the backend's pid: {e}"))?;
+    Ok(u32::try_from(row.get::<_, i32>(0)).unwrap_or(0))
+}

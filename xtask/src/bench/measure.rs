@@ -61,7 +61,20 @@ pub fn rate(n: usize, took: Duration) -> f64 {
 
 /// CPU seconds this process has used (user + system).
 fn own_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    cpu_seconds_of("self")
+}
+
+/// CPU seconds (user + system) the process `pid` of this machine has used,
+/// in ticks of 10 ms; NaN when it cannot be read.
+pub fn process_cpu_seconds(pid: u32) -> f64 {
+    match std::fs::metadata(format!("/proc/{pid}/stat")) {
+        Ok(_) => cpu_seconds_of(&pid.to_string()),
+        Err(_) => f64::NAN,
+    }
+}
+
+fn cpu_seconds_of(proc: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{proc}/stat")).unwrap_or_default();
     let after = stat.rsplit(')').next().unwrap_or("");
     let fields: Vec<&str> = after.split_whitespace().collect();
     let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);

@@ -87,11 +87,12 @@ async fn one(bin: &Path, server: &str, peer: &str, scenario: &str, args: &[Strin
         latency_ms,
         cpu: doc["cpu_cores"].as_f64().unwrap_or(f64::NAN),
         other_cpu: f64::NAN, // the peer is another process
+        // The version names the row; the settings behind "tuned" and
+        // "default" are in xtask/peers/README.md.
         note: Some(format!(
-            "{}: {}{}",
+            "{}{}",
             doc["system"].as_str().unwrap_or(peer),
-            doc["settings"].as_str().unwrap_or(""),
-            if unfinished { " (did not finish in time: its rate so far)" } else { "" }
+            if unfinished { ", unfinished: its rate so far" } else { "" }
         )),
     })
 }

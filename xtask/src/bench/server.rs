@@ -13,11 +13,11 @@
 use serde_json::json;
 use std::time::Instant;
 
-use super::measure::median;
+use super::measure::{median, process_cpu_seconds};
 use super::scenarios::fresh;
 use super::{baseline, BATCH, TASKS};
 
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Variant {
@@ -41,11 +41,12 @@ impl Variant {
     }
 }
 
-/// Per task: microseconds and WAL bytes of the insert, the claim and the
-/// settlement.
+/// Per task: microseconds of wall time and of the backend's CPU, and WAL
+/// bytes, of the insert, the claim and the settlement.
 #[derive(Debug, Clone, Copy, Default)]
 struct Costs {
     us: [f64; 3],
+    cpu_us: [f64; 3],
     wal: [f64; 3],
 }
 
@@ -63,21 +64,27 @@ async fn one(server: &str, variant: Variant) -> Result<Costs, String> {
         }
         Variant::NoCommitWait => baseline::no_commit_wait(&client).await?,
     }
-    let per_task = |took: std::time::Duration, wal: i64| {
-        (took.as_secs_f64() * 1e6 / TASKS as f64, wal as f64 / TASKS as f64)
+    // The backend's CPU time: steadier than the wall clock on a shared
+    // machine, since time the backend waits for a core or the disk is not in it.
+    let pid = baseline::backend_pid(&client).await?;
+    let cpu = || process_cpu_seconds(pid);
+    let per_task = |took: std::time::Duration, cpu_s: f64, wal: i64| {
+        let n = TASKS as f64;
+        (took.as_secs_f64() * 1e6 / n, cpu_s * 1e6 / n, wal as f64 / n)
     };
     let mut costs = Costs::default();
 
-    let wal = baseline::wal_position(&client).await?;
+    let (wal, cpu0) = (baseline::wal_position(&client).await?, cpu());
     let started = Instant::now();
     for chunk in (0..TASKS).collect::<Vec<_>>().chunks(BATCH) {
         let ids: Vec<String> = chunk.iter().map(|_| waymark_store::new_task_id()).collect();
         let payloads: Vec<serde_json::Value> = chunk.iter().map(|i| json!({ "n": i })).collect();
         baseline::insert_many(&client, &ids, "bench.noop", "bench", &payloads).await?;
     }
-    (costs.us[0], costs.wal[0]) = per_task(started.elapsed(), baseline::wal_position(&client).await? - wal);
+    (costs.us[0], costs.cpu_us[0], costs.wal[0]) =
+        per_task(started.elapsed(), cpu() - cpu0, baseline::wal_position(&client).await? - wal);
 
-    let wal = baseline::wal_position(&client).await?;
+    let (wal, cpu0) = (baseline::wal_position(&client).await?, cpu());
     let started = Instant::now();
     let mut claims = Vec::new();
     loop {
@@ -87,18 +94,20 @@ async fn one(server: &str, variant: Variant) -> Result<Costs, String> {
         }
         claims.push(claimed.into_iter().map(|(id, _)| id).collect::<Vec<_>>());
     }
-    (costs.us[1], costs.wal[1]) = per_task(started.elapsed(), baseline::wal_position(&client).await? - wal);
+    (costs.us[1], costs.cpu_us[1], costs.wal[1]) =
+        per_task(started.elapsed(), cpu() - cpu0, baseline::wal_position(&client).await? - wal);
     let claimed: usize = claims.iter().map(Vec::len).sum();
     if claimed != TASKS {
         return Err(format!("bench server: claimed {claimed} of {TASKS}"));
     }
 
-    let wal = baseline::wal_position(&client).await?;
+    let (wal, cpu0) = (baseline::wal_position(&client).await?, cpu());
     let started = Instant::now();
     for ids in &claims {
         baseline::complete_all(&client, "server-bench", ids).await?;
     }
-    (costs.us[2], costs.wal[2]) = per_task(started.elapsed(), baseline::wal_position(&client).await? - wal);
+    (costs.us[2], costs.cpu_us[2], costs.wal[2]) =
+        per_task(started.elapsed(), cpu() - cpu0, baseline::wal_position(&client).await? - wal);
     Ok(costs)
 }
 
@@ -127,21 +136,23 @@ pub(super) async fn server_costs() -> Result<(), String> {
     let med = |rounds: &[Costs], f: &dyn Fn(&Costs) -> f64| median(rounds.iter().map(f));
     println!(
         "\nserver: {TASKS} tasks, {BATCH} per statement, one connection; per task, median of {ROUNDS} rounds\n\
-         {:<46} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10}",
-        "schema", "insert", "claim", "complete", "total us", "insert WAL", "claim WAL", "compl. WAL"
+         {:<46} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10}",
+        "schema", "insert", "claim", "complete", "total us", "cpu us", "insert WAL", "claim WAL", "compl. WAL"
     );
     let full_total = med(&all[0], &|c| c.us.iter().sum());
     for (v, rounds) in Variant::ALL.iter().zip(&all) {
         let us: Vec<f64> = (0..3).map(|p| med(rounds, &|c| c.us[p])).collect();
         let wal: Vec<f64> = (0..3).map(|p| med(rounds, &|c| c.wal[p])).collect();
         let total = med(rounds, &|c| c.us.iter().sum());
+        let cpu: Vec<f64> = (0..3).map(|p| med(rounds, &|c| c.cpu_us[p])).collect();
         println!(
-            "{:<46} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>10.0} {:>10.0} {:>10.0}",
+            "{:<46} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>9} {:>10.0} {:>10.0} {:>10.0}",
             v.describe(),
             us[0],
             us[1],
             us[2],
             total,
+            format!("{:.0}+{:.0}+{:.0}", cpu[0], cpu[1], cpu[2]),
             wal[0],
             wal[1],
             wal[2]
@@ -150,6 +161,7 @@ pub(super) async fn server_costs() -> Result<(), String> {
             "scenario": "server",
             "schema": v.describe(),
             "us_per_task": PHASES.iter().zip(&us).map(|(p, x)| (p.to_string(), json!(x))).collect::<serde_json::Map<_, _>>(),
+            "backend_cpu_us_per_task": PHASES.iter().zip(&cpu).map(|(p, x)| (p.to_string(), json!(x))).collect::<serde_json::Map<_, _>>(),
             "wal_bytes_per_task": PHASES.iter().zip(&wal).map(|(p, x)| (p.to_string(), json!(x))).collect::<serde_json::Map<_, _>>(),
             "total_us_per_task": total,
             "share_of_cairnq": total / full_total,
