@@ -10,15 +10,11 @@ use std::sync::Arc;
 
 use super::measure::Round;
 use super::scenarios::{drain_until, fresh, worker};
-use super::{rounds, RoundFn, Row};
+use super::{rounds, RoundFn, Row, CONCURRENCY, SETTLE};
 
 const QUEUED: i64 = 1_000_000;
 const SMALL: i64 = 120_000;
 const DRAINED: usize = 100_000;
-/// The drain setting compared: the one `cargo xtask bench drain` finds best
-/// on this machine's kind.
-const CONCURRENCY: usize = 1024;
-const SETTLE: usize = 512;
 
 async fn drain_of(server: &str, queued: i64, drained: usize) -> Result<Round, String> {
     let (url, store) = fresh(server, "waymark_bench_backlog").await?;

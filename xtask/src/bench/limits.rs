@@ -11,12 +11,8 @@ use serde_json::json;
 use waymark_store::{FleetLimit, GroupKey, NewTask};
 
 use super::scenarios::{backlog_of, drain_with, fresh, worker_builder};
-use super::{rounds, RoundFn, Row, TASKS};
+use super::{rounds, RoundFn, Row, CONCURRENCY, SETTLE, TASKS};
 
-/// The drain setting compared: the one `cargo xtask bench drain` finds best
-/// on this machine's kind.
-const CONCURRENCY: usize = 1024;
-const SETTLE: usize = 512;
 /// Tenants the backlog spreads over, round robin.
 const TENANTS: usize = 16;
 

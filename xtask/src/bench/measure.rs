@@ -144,6 +144,23 @@ impl Stamps {
             .collect()
     }
 
+    /// Like [`Stamps::samples`], and forgets the tasks it measured: the
+    /// next call has only what started since (a start seen before its
+    /// commit stamp waits for it).
+    pub fn take_samples(&self) -> Vec<f64> {
+        let mut committed = self.committed.lock().unwrap();
+        let mut started = self.started.lock().unwrap();
+        let mut samples = Vec::new();
+        started.retain(|seq, s| match committed.remove(seq) {
+            Some(c) => {
+                samples.push(s.saturating_duration_since(c).as_secs_f64() * 1e3);
+                false
+            }
+            None => true,
+        });
+        samples
+    }
+
     pub fn seen(&self) -> usize {
         self.started.lock().unwrap().len()
     }

@@ -57,6 +57,15 @@ const ROUNDS_BACKLOG: usize = 2;
 const SCENARIOS: [&str; 9] =
     ["enqueue", "drain", "latency", "mixed", "sweep", "otel", "limits", "spread", "backlog"];
 
+/// The drain setting of the scenarios that compare waymark with itself
+/// (otel, limits, spread, backlog): the one `drain` finds best on this
+/// machine's kind.
+const CONCURRENCY: usize = 1024;
+const SETTLE: usize = 512;
+/// The worker of the mixed load and the soak, where pickup latency counts
+/// as much as throughput: (concurrency, settle batch).
+const MIXED_WORKER: (usize, usize) = (256, 128);
+
 /// Worker settings the drain tries: (concurrency, settle batch).
 const DRAIN_SETTINGS: [(usize, usize); 5] = [(128, 64), (512, 256), (1024, 512), (2048, 1024), (4096, 1024)];
 
@@ -64,31 +73,33 @@ pub async fn run(args: &[String]) -> Result<(), String> {
     let (rounds, rest) = rounds_arg(args)?;
     let with_peers = rest.iter().any(|a| a == "--peers");
     let rest: Vec<String> = rest.into_iter().filter(|a| a != "--peers").collect();
-    if with_peers
-        && matches!(
-            rest.first().map(String::as_str),
-            Some("binding" | "explain" | "dashboard" | "soak" | "server")
-        )
-    {
-        return Err("bench: --peers goes with the enqueue, drain and latency scenarios (or all)".to_owned());
-    }
-    let peers = |chosen: &[&str]| -> Result<Option<std::path::PathBuf>, String> {
-        let compared = ["enqueue", "drain", "latency"];
-        match with_peers {
-            true if chosen.iter().any(|c| compared.contains(c)) => peers::build().map(Some),
-            true => Err(format!("bench: --peers compares only {}", compared.join(", "))),
-            false => Ok(None),
+    let first = rest.first().map_or("all", String::as_str);
+    let chosen: Option<Vec<&str>> = match first {
+        "all" => Some(SCENARIOS.to_vec()),
+        one => SCENARIOS.iter().find(|s| **s == one).map(|s| vec![*s]),
+    };
+    // The peers join the enqueue, drain and latency scenarios, nothing else.
+    let peers = match (with_peers, &chosen) {
+        (false, _) => None,
+        (true, Some(c)) if c.iter().any(|s| ["enqueue", "drain", "latency"].contains(s)) => {
+            Some(peers::build()?)
+        }
+        (true, _) => {
+            return Err(
+                "bench: --peers goes with the enqueue, drain and latency scenarios (or all)".to_owned()
+            )
         }
     };
-    match rest.first().map(String::as_str) {
-        Some("binding") => binding::binding().await,
-        Some("explain") => explain::explain().await,
-        Some("dashboard") => dashboard::dashboard().await,
-        Some("soak") => soak::soak(&rest[1..]).await,
-        Some("server") => server::server_costs().await,
-        None | Some("all") => all(&SCENARIOS, rounds, peers(&SCENARIOS)?).await,
-        Some(one) if SCENARIOS.contains(&one) => all(&[one], rounds, peers(&[one])?).await,
-        Some(other) => Err(format!(
+    if let Some(which) = chosen {
+        return all(&which, rounds, peers).await;
+    }
+    match first {
+        "binding" => binding::binding().await,
+        "explain" => explain::explain().await,
+        "dashboard" => dashboard::dashboard().await,
+        "soak" => soak::soak(&rest[1..]).await,
+        "server" => server::server_costs().await,
+        other => Err(format!(
             "bench: unknown scenario {other:?} (known: all, binding, explain, dashboard, soak, server, {})",
             SCENARIOS.join(", ")
         )),

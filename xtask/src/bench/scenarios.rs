@@ -13,7 +13,7 @@ use waymark_worker::{Worker, WorkerBuilder};
 use super::measure::{CpuClock, Round, Stamps};
 use super::{
     baseline, chart, peers, python, rounds, RoundFn, Row, BATCH, DRAIN_SETTINGS, LATENCY_TASKS, MIXED_FOR,
-    TASKS,
+    MIXED_WORKER, TASKS,
 };
 
 /// A fresh database with waymark's tables, and a store on it. Both systems
@@ -360,7 +360,8 @@ pub(super) async fn mixed(server: &str, n: usize) -> Result<Vec<Row>, String> {
         Box::pin(async move {
             let (_, store) = fresh(server, "waymark_bench_mixed").await?;
             let stamps = Arc::new(Stamps::default());
-            let w = worker(&store, "bench", 256, 128, stamps.on_start())?;
+            let (concurrency, settle) = MIXED_WORKER;
+            let w = worker(&store, "bench", concurrency, settle, stamps.on_start())?;
             let handle = w.handle();
             let run = tokio::spawn(w.run());
             let seq = Arc::new(std::sync::atomic::AtomicU64::new(0));

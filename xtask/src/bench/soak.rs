@@ -10,9 +10,8 @@
 //! last minute beside the first and the sizes beside the first minute
 //! after warm-up. CI does not run it (it takes a quarter of an hour).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -20,16 +19,16 @@ use waymark_store::{NewTask, Retention, Sweeper};
 use waymark_tests::db::{table_health, TableHealth};
 use waymark_tests::private_cluster::PrivateCluster;
 
-use super::measure::percentiles;
+use super::measure::{percentiles, Stamps};
 use super::scenarios::{fresh, worker};
+use super::MIXED_WORKER;
 
 const DEFAULT_MINUTES: u64 = 15;
 /// The share of the measured capacity offered.
 const LOAD: f64 = 0.7;
-/// The worker's settings: those of the mixed-load scenario, where pickup
-/// latency counts as much as throughput.
-const CONCURRENCY: usize = 256;
-const SETTLE: usize = 128;
+/// The worker's settings: those of the mixed-load scenario.
+const CONCURRENCY: usize = MIXED_WORKER.0;
+const SETTLE: usize = MIXED_WORKER.1;
 const PRODUCERS: usize = 4;
 /// Each producer submits what it owes every tick.
 const TICK: Duration = Duration::from_millis(10);
@@ -81,10 +80,14 @@ pub(super) async fn soak(args: &[String]) -> Result<(), String> {
 
     let (url, store) = fresh(&server, "waymark_bench_soak").await?;
     let client = waymark_tests::db::admin_client(&url).await;
-    let pickups = Arc::new(Pickups::default());
+    let pickups = Arc::new(Stamps::default());
     let on_start: Arc<dyn Fn(&serde_json::Value) + Send + Sync> = {
-        let p = pickups.clone();
-        Arc::new(move |payload| p.started(payload))
+        let stamp = pickups.on_start();
+        Arc::new(move |payload| {
+            if payload["seq"].as_u64().is_some_and(sampled) {
+                stamp(payload)
+            }
+        })
     };
     let w = worker(&store, "bench", CONCURRENCY, SETTLE, on_start)?;
     let handle = w.handle();
@@ -133,7 +136,7 @@ pub(super) async fn soak(args: &[String]) -> Result<(), String> {
                 let batch =
                     seqs.iter().map(|s| NewTask::new("bench.noop", json!({ "seq": s })).queue("bench"));
                 store.submit_batch(batch).await.map_err(|e| format!("soak submit: {e}"))?;
-                pickups.committed(seqs.iter().copied());
+                seqs.iter().copied().filter(|s| sampled(*s)).for_each(|s| pickups.committed(s));
                 sent += n;
                 submitted.fetch_add(n, Ordering::Relaxed);
             }
@@ -174,7 +177,7 @@ pub(super) async fn soak(args: &[String]) -> Result<(), String> {
             minute: m as usize,
             offered_per_s: (sub - last_submitted) as f64 / 60.0,
             done_per_s: (settled - last_settled) as f64 / 60.0,
-            pickup_ms: pickups.window(),
+            pickup_ms: Some(pickups.take_samples()).filter(|s| !s.is_empty()).map(|s| percentiles(&s)),
             health,
             purged: pur - last_purged,
         };
@@ -346,43 +349,4 @@ fn summary(
 /// interleave the producers, so `seq` alone would pick one producer).
 fn sampled(seq: u64) -> bool {
     (seq / PRODUCERS as u64).is_multiple_of(SAMPLE_EVERY)
-}
-
-/// Submit-commit and handler-start instants of the sampled tasks, taken
-/// out a minute at a time.
-#[derive(Default)]
-struct Pickups {
-    committed: Mutex<HashMap<u64, Instant>>,
-    started: Mutex<HashMap<u64, Instant>>,
-}
-
-impl Pickups {
-    fn committed(&self, seqs: impl Iterator<Item = u64>) {
-        let now = Instant::now();
-        let mut c = self.committed.lock().unwrap();
-        c.extend(seqs.filter(|s| sampled(*s)).map(|s| (s, now)));
-    }
-
-    fn started(&self, payload: &serde_json::Value) {
-        if let Some(seq) = payload["seq"].as_u64().filter(|s| sampled(*s)) {
-            self.started.lock().unwrap().entry(seq).or_insert_with(Instant::now);
-        }
-    }
-
-    /// Percentiles of the samples whose start and commit are both known,
-    /// which are then forgotten; a start seen before its submit returned
-    /// waits for the commit stamp.
-    fn window(&self) -> Option<[f64; 3]> {
-        let mut committed = self.committed.lock().unwrap();
-        let mut started = self.started.lock().unwrap();
-        let mut samples = Vec::new();
-        started.retain(|seq, s| match committed.remove(seq) {
-            Some(c) => {
-                samples.push(s.saturating_duration_since(c).as_secs_f64() * 1e3);
-                false
-            }
-            None => true,
-        });
-        (!samples.is_empty()).then(|| percentiles(&samples))
-    }
 }

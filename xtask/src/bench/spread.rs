@@ -10,12 +10,8 @@ use waymark_store::NewTask;
 use waymark_worker::Worker;
 
 use super::scenarios::{backlog_of, drain_with, fresh};
-use super::{rounds, RoundFn, Row, TASKS};
+use super::{rounds, RoundFn, Row, CONCURRENCY, SETTLE, TASKS};
 
-/// The drain setting compared: the one `cargo xtask bench drain` finds best
-/// on this machine's kind.
-const CONCURRENCY: usize = 1024;
-const SETTLE: usize = 512;
 /// Queues, and task names: `QUEUES` x `QUEUES` combinations.
 const QUEUES: usize = 10;
 

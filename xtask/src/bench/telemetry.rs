@@ -16,12 +16,7 @@ use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider, SpanData, SpanExporte
 use waymark_otel::Telemetry;
 
 use super::scenarios::observed_drain;
-use super::{rounds, RoundFn, Row};
-
-/// The drain setting compared: the one `cargo xtask bench drain` finds best
-/// on this machine's kind.
-const CONCURRENCY: usize = 1024;
-const SETTLE: usize = 512;
+use super::{rounds, RoundFn, Row, CONCURRENCY, SETTLE};
 
 #[derive(Debug, Clone, Copy)]
 struct Drop;
