@@ -1,24 +1,35 @@
--- params: results jsonb, ids text[], worker_id text, attempts jsonb
+-- params: results jsonb, ids text[], attempts int4[], worker_id text
 -- waymark addition: `complete` for many tasks of one worker in one
--- statement. results is a JSON object from task id to that task's result.
--- Each row is ownership-checked exactly as `complete` checks it, and takes
--- the same branch (a requested cancel wins); an id missing from the rows
--- returned lost its lease. Only id and status come back: the worker needs
--- no more, and a batch of whole rows costs both sides.
+-- statement. Each row is ownership-checked exactly as `complete` checks it,
+-- and takes the same branch (a requested cancel wins); an id missing from the
+-- rows returned lost its lease. Only id and status come back: the worker
+-- needs no more, and a batch of whole rows costs both sides.
+-- results is a JSON object from task id to that task's result, naming only
+-- the results that are not JSON null: a task it does not name succeeds with
+-- a JSON null result, as `complete` with a null result would (a batch of
+-- handlers that return nothing sends an empty object).
+-- waymark's optional fence: attempts runs beside ids, attempts[i] the attempt
+-- of the claim being settled for ids[i]; that row settles only on that claim
+-- (see fail.sql). -1 fences nothing: that id is checked as `complete` checks
+-- it. (An array, not a JSON object: nothing to build or parse per task.)
 -- The owned rows are locked in id order first, as heartbeat_batch locks
 -- them, so the two cannot deadlock on tasks they share; the update then
 -- finds them through the primary key (see claim.sql), and a row we hold
--- cannot change, so it needs no second ownership check.
--- waymark's optional fence: attempts is a JSON object from task id to the
--- attempt of the claim being settled; a row whose id it names settles only
--- on that claim (see fail.sql). An id it does not name, or a NULL, is
--- checked as `complete` checks it.
+-- cannot change, so it needs no second ownership check. The fence tests are
+-- hashed once per statement, not searched per row.
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
+),
+fences as (
+    select f.id, f.attempt
+      from unnest(:ids, :attempts) as f(id, attempt)
 )
 update cairnq_tasks as t
    set status = case when t.cancel_requested_at_ms is null then 'succeeded' else 'canceled' end,
-       result = case when t.cancel_requested_at_ms is null then :results -> t.id else t.result end,
+       result = case
+                    when t.cancel_requested_at_ms is null then coalesce(:results -> t.id, 'null'::jsonb)
+                    else t.result
+                end,
        progress = case when t.cancel_requested_at_ms is null then 1.0 else t.progress end,
        lease_until_ms = null,
        completed_at_ms = clock.now_ms,
@@ -31,7 +42,10 @@ update cairnq_tasks as t
               and status = 'running'
               and worker_id = :worker_id
               and lease_until_ms > (select now_ms from clock)
-              and ((:attempts::jsonb -> id) is null or attempt = (:attempts::jsonb ->> id)::int4)
+              and (
+                  (id, attempt) in (select fences.id, fences.attempt from fences where fences.attempt >= 0)
+                  or id in (select fences.id from fences where fences.attempt < 0)
+              )
             order by id
               for update
        ))

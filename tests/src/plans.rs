@@ -81,8 +81,7 @@ pub async fn explain_hot_statements(client: &mut Client, running: &[String], ana
         ids.iter().map(|id| (id.clone(), serde_json::json!({"ok": true}))).collect(),
     );
     // The worker's fence: each id's claim attempt (see complete_batch.sql).
-    let attempts =
-        serde_json::Value::Object(ids.iter().map(|id| (id.clone(), serde_json::json!(1))).collect());
+    let attempts: Vec<i32> = vec![1; ids.len()];
     let queues = vec![QUEUE.to_owned()];
     let two_queues = vec![QUEUE.to_owned(), "plans-other".to_owned()];
     let names = vec![NAME.to_owned()];

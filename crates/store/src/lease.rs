@@ -1,6 +1,7 @@
 //! The lease: what every owned write names.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::task::{Task, TaskStatus};
@@ -28,15 +29,23 @@ use crate::task::{Task, TaskStatus};
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Lease {
-    task_id: String,
-    worker_id: String,
+    // Shared, not owned: a worker names its id in every lease it holds,
+    // and a lease is copied into each write made with it.
+    task_id: Arc<str>,
+    worker_id: Arc<str>,
     attempt: Option<i32>,
 }
 
 impl Lease {
     /// The lease `worker_id` holds on `task_id`, not fenced to an attempt.
     pub fn new(task_id: impl Into<String>, worker_id: impl Into<String>) -> Self {
-        Lease { task_id: task_id.into(), worker_id: worker_id.into(), attempt: None }
+        Lease::shared(Arc::from(task_id.into()), Arc::from(worker_id.into()))
+    }
+
+    /// [`Lease::new`] from ids the caller holds shared already (a worker,
+    /// whose id every lease it takes names): no copy of either is made.
+    pub fn shared(task_id: Arc<str>, worker_id: Arc<str>) -> Self {
+        Lease { task_id, worker_id, attempt: None }
     }
 
     /// Fences the lease to the claim on `attempt`.
@@ -66,6 +75,9 @@ impl Lease {
         }
         if self.worker_id.is_empty() {
             return Err(Error::invalid("lease worker_id must not be empty"));
+        }
+        if let Some(n) = self.attempt.filter(|n| *n < 0) {
+            return Err(Error::invalid(format!("lease attempt must not be negative, got {n}")));
         }
         Ok(())
     }

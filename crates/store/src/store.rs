@@ -245,5 +245,12 @@ async fn task_opt<S: PgSession + ?Sized>(s: &mut S, stmt: Statement, binds: Bind
 }
 
 async fn tasks<S: PgSession + ?Sized>(s: &mut S, stmt: Statement, binds: Binds) -> Result<Vec<Task>> {
-    run(s, stmt, binds).await?.into_iter().map(Task::from_row).collect()
+    let rows = run(s, stmt, binds).await?;
+    // Pushed into a vector sized once: a claim's hundreds of tasks would
+    // otherwise move each time it grew.
+    let mut tasks = Vec::with_capacity(rows.len());
+    for row in rows {
+        tasks.push(Task::from_row(row)?);
+    }
+    Ok(tasks)
 }

@@ -178,15 +178,16 @@ impl Task {
                 None
             }))
         };
+        // In the table's column order (see `Row::take`).
         Ok(Task {
-            payload: lenient(r, "payload")?.unwrap_or(Json::Null),
-            result: lenient(r, "result")?,
-            error: lenient(r, "error")?,
-            metadata: lenient(r, "metadata")?.unwrap_or(Json::Null),
             id: text(r, "id")?,
             name: text(r, "name")?,
             queue: text(r, "queue")?,
             status: status(r, "status")?,
+            payload: lenient(r, "payload")?.unwrap_or(Json::Null),
+            result: lenient(r, "result")?,
+            error: lenient(r, "error")?,
+            metadata: lenient(r, "metadata")?.unwrap_or(Json::Null),
             progress: opt_f64(r, "progress")?,
             message: opt_text(r, "message")?,
             attempt: int4(r, "attempt")?,

@@ -134,24 +134,34 @@ impl<T: Into<Value>> From<Option<T>> for Value {
 ///
 /// The rows of one result can share one list of names
 /// ([`Row::with_names`]), so a batch of rows costs no name per cell.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct Row {
     names: Arc<[String]>,
     values: Vec<Value>,
+    /// Where [`Row::take`] looks first: just past the column it last took.
+    /// Decoders take the columns in the statement's order, so each lookup
+    /// is one comparison rather than a scan of every name.
+    next: usize,
+}
+
+impl PartialEq for Row {
+    fn eq(&self, other: &Row) -> bool {
+        self.names == other.names && self.values == other.values
+    }
 }
 
 impl Row {
     /// A row from `(column, value)` pairs.
     pub fn new(columns: Vec<(String, Value)>) -> Self {
         let (names, values): (Vec<String>, Vec<Value>) = columns.into_iter().unzip();
-        Row { names: names.into(), values }
+        Row { names: names.into(), values, next: 0 }
     }
 
     /// A row of `values` under `names`, which the rows of one result may
     /// share. Extra names or values past the shorter list are ignored.
     pub fn with_names(names: Arc<[String]>, mut values: Vec<Value>) -> Self {
         values.truncate(names.len());
-        Row { names, values }
+        Row { names, values, next: 0 }
     }
 
     fn position(&self, column: &str) -> Option<usize> {
@@ -170,7 +180,14 @@ impl Row {
 
     /// Takes `column` out of the row, leaving `Null` behind.
     pub fn take(&mut self, column: &str) -> Option<Value> {
-        self.position(column).map(|i| std::mem::replace(&mut self.values[i], Value::Null))
+        let next = self.next;
+        let i = if self.names.get(next).is_some_and(|n| n == column) && next < self.values.len() {
+            next
+        } else {
+            self.position(column)?
+        };
+        self.next = i + 1;
+        Some(std::mem::replace(&mut self.values[i], Value::Null))
     }
 }
 

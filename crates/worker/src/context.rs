@@ -2,7 +2,7 @@
 //! and heartbeat writes, a cancellation token, child submits, and
 //! `complete_in` to commit its own writes with the settlement.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -10,7 +10,7 @@ use serde_json::Value as Json;
 use std::time::Duration;
 
 use crate::events::{Events, WorkerEvent};
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use waymark_store::{
     Error, Lease, NewTask, PgExecutor, PgTransaction, Result, RetryBackoff, RunEnd, RunScope, Settlement,
@@ -31,12 +31,38 @@ pub enum CancelReason {
     Shutdown,
 }
 
+impl CancelReason {
+    /// Its code in [`Running`]'s token (0 is "not fired").
+    fn code(self) -> u8 {
+        match self {
+            CancelReason::Requested => 1,
+            CancelReason::LeaseLost => 2,
+            CancelReason::Shutdown => 3,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Self> {
+        match code {
+            1 => Some(CancelReason::Requested),
+            2 => Some(CancelReason::LeaseLost),
+            3 => Some(CancelReason::Shutdown),
+            _ => None,
+        }
+    }
+}
+
 /// The worker's record of one unsettled task, shared with its handler.
 #[derive(Debug)]
 pub(crate) struct Running {
     /// The claim, fenced to its attempt: the worker's own writes name it.
     pub(crate) lease: Lease,
-    cancel: watch::Sender<Option<CancelReason>>,
+    /// The task id, shared with the worker's map of running tasks.
+    key: Arc<str>,
+    /// The token: the first reason it fired for ([`CancelReason::code`]),
+    /// 0 while it has not; `fired` wakes those waiting on it. (A channel
+    /// would cost an allocation per task for what one byte holds.)
+    reason: AtomicU8,
+    fired: Notify,
     lost: AtomicBool,
     /// Settled (or given back): no other write may follow.
     settled: AtomicBool,
@@ -70,13 +96,20 @@ impl std::fmt::Debug for Observed {
 }
 
 impl Running {
-    pub(crate) fn new(lease: Lease, events: Events, scope: Option<Box<dyn RunScope>>) -> Arc<Self> {
+    pub(crate) fn new(
+        key: Arc<str>,
+        lease: Lease,
+        events: Events,
+        scope: Option<Box<dyn RunScope>>,
+    ) -> Arc<Self> {
         Arc::new(Running {
+            key,
             lease,
             events,
             scope: Observed(scope),
             observed: AtomicBool::new(false),
-            cancel: watch::channel(None).0,
+            reason: AtomicU8::new(0),
+            fired: Notify::new(),
             lost: AtomicBool::new(false),
             settled: AtomicBool::new(false),
             ended: AtomicBool::new(false),
@@ -89,6 +122,11 @@ impl Running {
 
     pub(crate) fn id(&self) -> &str {
         self.lease.task_id()
+    }
+
+    /// The task id as the worker's map of running tasks keys it.
+    pub(crate) fn key(&self) -> &Arc<str> {
+        &self.key
     }
 
     pub(crate) fn attempt(&self) -> i32 {
@@ -177,19 +215,29 @@ impl Running {
 
     /// Fires the token, keeping the first reason.
     pub(crate) fn cancel(&self, reason: CancelReason) {
-        self.cancel.send_if_modified(|r| {
-            if r.is_none() {
-                *r = Some(reason);
-                true
-            } else {
-                false
-            }
-        });
+        if self.reason.compare_exchange(0, reason.code(), Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            self.fired.notify_waiters();
+        }
     }
 
     /// Why the token fired, if it did.
     pub(crate) fn reason(&self) -> Option<CancelReason> {
-        *self.cancel.borrow()
+        CancelReason::from_code(self.reason.load(Ordering::SeqCst))
+    }
+
+    /// Resolves when the token fires, with the reason it fired for.
+    pub(crate) async fn fired(&self) -> CancelReason {
+        loop {
+            // Registered before the reason is read: a fire between the two
+            // still wakes this waiter.
+            let notified = self.fired.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(reason) = self.reason() {
+                return reason;
+            }
+            notified.await;
+        }
     }
 
     pub(crate) fn mark_lost(&self) {
@@ -307,7 +355,6 @@ pub struct TaskContext<E> {
     lease_length: Duration,
     backoff: RetryBackoff,
     running: Arc<Running>,
-    token: watch::Receiver<Option<CancelReason>>,
 }
 
 impl<E> Clone for TaskContext<E> {
@@ -318,7 +365,6 @@ impl<E> Clone for TaskContext<E> {
             lease_length: self.lease_length,
             backoff: self.backoff,
             running: self.running.clone(),
-            token: self.token.clone(),
         }
     }
 }
@@ -331,8 +377,7 @@ impl<E> TaskContext<E> {
         backoff: RetryBackoff,
         running: Arc<Running>,
     ) -> Self {
-        let token = running.cancel.subscribe();
-        TaskContext { store, task, lease_length, backoff, running, token }
+        TaskContext { store, task, lease_length, backoff, running }
     }
 
     /// The task id.
@@ -392,7 +437,7 @@ impl<E> TaskContext<E> {
 
     /// Whether the token fired, and why.
     pub fn cancel_reason(&self) -> Option<CancelReason> {
-        *self.token.borrow()
+        self.running.reason()
     }
 
     /// Whether the token fired.
@@ -403,16 +448,7 @@ impl<E> TaskContext<E> {
     /// Resolves when the token fires: a cancel request, a lost lease or
     /// shutdown past the grace period. Select on it in long handlers.
     pub async fn cancelled(&self) -> CancelReason {
-        let mut token = self.token.clone();
-        loop {
-            if let Some(reason) = *token.borrow_and_update() {
-                return reason;
-            }
-            if token.changed().await.is_err() {
-                // The worker is gone; nothing will fire any more.
-                return futures::future::pending().await;
-            }
-        }
+        self.running.fired().await
     }
 }
 

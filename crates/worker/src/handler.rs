@@ -42,9 +42,11 @@ pub(crate) enum Outcome {
 
 pub(crate) type BoxOutcome = Pin<Box<dyn Future<Output = Outcome> + Send>>;
 
-/// A handler with its types erased.
+/// A handler with its types erased. The payload is read where it lies (in
+/// the claimed task): a handler's type is built from it with no copy of
+/// the JSON first.
 pub(crate) trait Handler<E>: Send + Sync {
-    fn call(&self, ctx: TaskContext<E>, payload: Json) -> BoxOutcome;
+    fn call(&self, ctx: TaskContext<E>, payload: &Json) -> BoxOutcome;
 }
 
 /// A typed handler function; the marker pins its payload, result and
@@ -59,8 +61,8 @@ where
     R: Serialize + Send + 'static,
     Fut: Future<Output = Result<R, TaskError>> + Send + 'static,
 {
-    fn call(&self, ctx: TaskContext<E>, payload: Json) -> BoxOutcome {
-        let payload = match serde_json::from_value::<P>(payload) {
+    fn call(&self, ctx: TaskContext<E>, payload: &Json) -> BoxOutcome {
+        let payload = match P::deserialize(payload) {
             Ok(p) => p,
             Err(e) => return Box::pin(std::future::ready(Outcome::BadPayload(e.to_string()))),
         };
@@ -90,8 +92,8 @@ where
     P: DeserializeOwned + Send + 'static,
     R: Serialize + Send + 'static,
 {
-    fn call(&self, ctx: TaskContext<E>, payload: Json) -> BoxOutcome {
-        let payload = match serde_json::from_value::<P>(payload) {
+    fn call(&self, ctx: TaskContext<E>, payload: &Json) -> BoxOutcome {
+        let payload = match P::deserialize(payload) {
             Ok(p) => p,
             Err(e) => return Box::pin(std::future::ready(Outcome::BadPayload(e.to_string()))),
         };
@@ -141,7 +143,7 @@ pub(crate) type BoxBatchOutcome = Pin<Box<dyn Future<Output = BatchOutcome> + Se
 /// A batch handler with its types erased. Items whose payload does not
 /// fit come back in the second list, with why, and are not passed on.
 pub(crate) trait BatchHandler<E>: Send + Sync {
-    fn call(&self, items: Vec<(TaskContext<E>, Json)>) -> (BoxBatchOutcome, Vec<(String, String)>);
+    fn call(&self, items: Vec<(TaskContext<E>, &Json)>) -> (BoxBatchOutcome, Vec<(String, String)>);
 }
 
 pub(crate) struct TypedBatch<F, P, R, Fut>(pub(crate) F, pub(crate) PhantomData<fn(P) -> (R, Fut)>);
@@ -154,11 +156,11 @@ where
     R: Serialize + Send + 'static,
     Fut: Future<Output = Result<HashMap<String, R>, TaskError>> + Send + 'static,
 {
-    fn call(&self, items: Vec<(TaskContext<E>, Json)>) -> (BoxBatchOutcome, Vec<(String, String)>) {
+    fn call(&self, items: Vec<(TaskContext<E>, &Json)>) -> (BoxBatchOutcome, Vec<(String, String)>) {
         let mut good = Vec::with_capacity(items.len());
         let mut bad = Vec::new();
         for (ctx, payload) in items {
-            match serde_json::from_value::<P>(payload) {
+            match P::deserialize(payload) {
                 Ok(payload) => good.push(BatchItem { ctx, payload }),
                 Err(e) => bad.push((ctx.id().to_owned(), e.to_string())),
             }

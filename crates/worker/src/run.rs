@@ -51,12 +51,15 @@ pub(crate) fn register_call<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, ca
         .iter()
         .map(|task| {
             let scope = observer.and_then(|o| o.run(task));
-            Running::new(lease_of(shared, task), shared.state.events.clone(), scope)
+            let key: Arc<str> = Arc::from(task.id.as_str());
+            let lease =
+                Lease::shared(key.clone(), shared.settings.worker_id.clone()).on_attempt(task.attempt);
+            Running::new(key, lease, shared.state.events.clone(), scope)
         })
         .collect();
     for (task, run) in tasks.iter().zip(&running) {
         let previous =
-            shared.state.running.lock().expect("running lock").insert(task.id.clone(), run.clone());
+            shared.state.running.lock().expect("running lock").insert(run.key().clone(), run.clone());
         if let Some(old) = previous {
             // Our own earlier run of this task lost its lease (the claim just
             // recovered and re-took it): that run must write nothing more.
@@ -176,10 +179,6 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
     });
 }
 
-fn lease_of<E>(shared: &Shared<E>, task: &Task) -> Lease {
-    Lease::new(task.id.clone(), &*shared.settings.worker_id).on_attempt(task.attempt)
-}
-
 /// A call's place among the worker's `concurrency` slots. Given back (and
 /// the claim loop woken) when the last holder lets go: the call's [`Slot`]
 /// once the handler has ended (its settlement need not wait for it), or a
@@ -287,8 +286,7 @@ async fn run_batch<E: PgExecutor + 'static>(
     running: &[Arc<Running>],
     slot: &Slot<E>,
 ) {
-    let items: Vec<_> =
-        tasks.iter().zip(running).map(|(t, r)| (context(shared, t, r), t.payload.clone())).collect();
+    let items: Vec<_> = tasks.iter().zip(running).map(|(t, r)| (context(shared, t, r), &t.payload)).collect();
     let mut ends: HashMap<String, RunEnd> = HashMap::new();
     let started = Instant::now();
     // The call's synchronous part (the payloads' Deserialize, the
@@ -364,9 +362,9 @@ pub(crate) async fn run_handler<E: PgExecutor + 'static>(
     let ctx = context(shared, task, running);
     // The call itself may panic too (its synchronous part, a payload's
     // Deserialize), not only the future it returns.
-    let payload = task.payload.clone();
+    let task = task.clone();
     let started = Instant::now();
-    let end = match supervise(shared, async move { handler.call(ctx, payload).await }).await? {
+    let end = match supervise(shared, async move { handler.call(ctx, &task.payload).await }).await? {
         Ok(outcome) => RunEnd::Handler(outcome),
         Err(end) => end,
     };

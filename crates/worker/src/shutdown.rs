@@ -74,7 +74,7 @@ pub(crate) async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r
         // whose leases run out.
         let mut map = shared.state.running.lock().expect("running lock");
         map.clear();
-        map.extend(give_back.iter().map(|r| (r.id().to_owned(), r.clone())));
+        map.extend(give_back.iter().map(|r| (r.key().clone(), r.clone())));
     }
     futures::future::join_all(give_back.iter().map(|r| release(shared, r, GiveBack::Shutdown))).await;
     shared.state.running.lock().expect("running lock").clear();

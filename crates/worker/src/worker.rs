@@ -52,7 +52,7 @@ pub(crate) struct Settings {
 pub(crate) struct State {
     /// Unsettled tasks by id: what the heartbeat renews. Past the shutdown
     /// grace, shutdown alone takes entries out.
-    pub(crate) running: Mutex<HashMap<String, Arc<Running>>>,
+    pub(crate) running: Mutex<HashMap<Arc<str>, Arc<Running>>>,
     /// Calls whose handlers have not ended (each holds a slot). Counted
     /// apart from `running`: a task re-claimed while our earlier run of it
     /// is still in its handler holds two slots, one entry.

@@ -1,6 +1,6 @@
 //! Settlement: complete, fail and release, one by one or in a batch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value as Json;
 use waymark_protocol::Statement;
@@ -160,6 +160,9 @@ impl Settlement {
     }
 }
 
+/// `complete_batch`'s attempt for a lease fenced to none.
+const NO_FENCE: i32 = -1;
+
 /// The completes of a settlement batch grouped by worker (one statement
 /// each), checked before anything is sent; the rest run one by one.
 struct SettlePlan<'a> {
@@ -195,40 +198,45 @@ async fn settle_all<S: PgSession + ?Sized>(
 ) -> Result<Vec<Result<Settled>>> {
     let mut outcomes: Vec<Option<Result<Settled>>> = (0..items.len()).map(|_| None).collect();
     for (&worker_id, members) in &plan.completes {
+        // The first settlement of an id is the one that counts; a later one
+        // finds its row taken by the first and answers a lost lease.
+        let mut first: HashMap<&str, usize> = HashMap::with_capacity(members.len());
         let mut results = serde_json::Map::new();
-        let mut attempts = serde_json::Map::new();
         let mut ids = Vec::with_capacity(members.len());
+        let mut attempts = Vec::with_capacity(members.len());
         for &i in members {
             let Settlement::Complete { lease, result } = &items[i] else { unreachable!("grouped completes") };
             let id = lease.task_id();
-            // The first settlement of an id is the one that counts.
-            if !results.contains_key(id) {
-                results.insert(id.to_owned(), result.clone());
-                if let Some(n) = lease.attempt() {
-                    attempts.insert(id.to_owned(), n.into());
-                }
-                ids.push(id.to_owned());
+            if first.contains_key(id) {
+                continue;
             }
+            first.insert(id, i);
+            if !result.is_null() {
+                results.insert(id.to_owned(), result.clone());
+            }
+            ids.push(id.to_owned());
+            attempts.push(lease.attempt().unwrap_or(NO_FENCE));
         }
         let binds: Binds = vec![
             ("results", Value::Jsonb(Json::Object(results))),
             ("ids", Value::TextArray(ids)),
+            ("attempts", Value::Int4Array(attempts)),
             ("worker_id", worker_id.into()),
-            ("attempts", Value::Jsonb(Json::Object(attempts))),
         ];
-        let mut settled = BTreeMap::new();
         for mut row in run(s, Statement::CompleteBatch, binds).await? {
             let id = text(&mut row, "id")?;
-            settled.insert(id.clone(), Settled { id, status: status(&mut row, "status")? });
+            let status = status(&mut row, "status")?;
+            if let Some(&i) = first.get(id.as_str()) {
+                outcomes[i] = Some(Ok(Settled { id, status }));
+            }
         }
         for &i in members {
-            let id = items[i].task_id();
-            // A duplicate id finds its row taken by the first: a lost lease.
-            outcomes[i] =
-                Some(settled.remove(id).ok_or_else(|| Error::LostLease {
-                    task_id: id.to_owned(),
+            if outcomes[i].is_none() {
+                outcomes[i] = Some(Err(Error::LostLease {
+                    task_id: items[i].task_id().to_owned(),
                     worker_id: worker_id.to_owned(),
                 }));
+            }
         }
     }
     for (i, item) in items.iter().enumerate() {

@@ -208,7 +208,20 @@ pub async fn a_lease_is_fenced_to_its_claims_attempt<E: PgExecutor>(store: &Stor
     assert_eq!(store.fetch(&queued.id).await.expect("get"), before, "nothing changed");
     let unfenced = Lease::new(&queued.id, "w1");
     store.heartbeat(&unfenced, Duration::from_secs(30)).await.expect("the protocol's check passes");
-    let batch = [Settlement::Complete { lease: second, result: json!("two") }];
+    // Fenced and unfenced leases in one statement: each is checked its way.
+    let other = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
+    store.claim(&claim("w1")).await.expect("claim the other");
+    let batch = [
+        Settlement::Complete { lease: second, result: json!("two") },
+        Settlement::Complete { lease: Lease::new(&other.id, "w1"), result: json!(null) },
+    ];
     let out = store.settle_batch(&batch).await.expect("the batch commits");
-    assert_eq!(out[0].as_ref().map(|s| s.status).ok(), Some(TaskStatus::Succeeded));
+    let statuses: Vec<_> = out.iter().map(|o| o.as_ref().map(|s| s.status).ok()).collect();
+    assert_eq!(statuses, [Some(TaskStatus::Succeeded), Some(TaskStatus::Succeeded)]);
+    assert_eq!(store.fetch(&queued.id).await.expect("get").result, Some(json!("two")));
+    assert_eq!(
+        store.fetch(&other.id).await.expect("get").result,
+        Some(json!(null)),
+        "JSON null, as `complete`"
+    );
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use waymark_store::{
     ClaimRequest, Conflict, Error, Failure, Lease, ListFilter, NewTask, PgExecutor, PgTransaction,
-    PurgeFilter, Store, TaskStatus,
+    PurgeFilter, Settlement, Store, TaskStatus,
 };
 
 use super::{claim, count_all};
@@ -109,6 +109,10 @@ pub async fn bad_arguments_are_refused_with_a_clear_error<E: PgExecutor>(store: 
         store.complete(&Lease::new("task_x", ""), json!(1)).await,
         "lease worker_id must not be empty",
     );
+    let negative = Lease::new("task_x", "w").on_attempt(-1);
+    assert_invalid(store.complete(&negative, json!(1)).await, "lease attempt must not be negative, got -1");
+    let batch = [Settlement::Complete { lease: negative, result: json!(1) }];
+    assert_invalid(store.settle_batch(&batch).await, "lease attempt must not be negative");
     assert_invalid(
         store.list(&ListFilter { limit: -1, ..Default::default() }).await,
         "list limit must not be negative",
