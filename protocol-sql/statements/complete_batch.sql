@@ -10,8 +10,9 @@
 -- handlers that return nothing sends an empty object).
 -- waymark's optional fence: attempts runs beside ids, attempts[i] the attempt
 -- of the claim being settled for ids[i]; that row settles only on that claim
--- (see fail.sql). -1 fences nothing: that id is checked as `complete` checks
--- it. (An array, not a JSON object: nothing to build or parse per task.)
+-- (see fail.sql). -1 or NULL (or attempts NULL, or shorter than ids) fences
+-- nothing: that id is checked as `complete` checks it. (An array, not a JSON
+-- object: nothing to build or parse per task.)
 -- The owned rows are locked in id order first, as heartbeat_batch locks
 -- them, so the two cannot deadlock on tasks they share; the update then
 -- finds them through the primary key (see claim.sql), and a row we hold
@@ -21,7 +22,7 @@ with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
 ),
 fences as (
-    select f.id, f.attempt
+    select f.id, coalesce(f.attempt, -1) as attempt
       from unnest(:ids, :attempts) as f(id, attempt)
 )
 update cairnq_tasks as t

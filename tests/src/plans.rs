@@ -80,8 +80,9 @@ pub async fn explain_hot_statements(client: &mut Client, running: &[String], ana
     let results = serde_json::Value::Object(
         ids.iter().map(|id| (id.clone(), serde_json::json!({"ok": true}))).collect(),
     );
-    // The worker's fence: each id's claim attempt (see complete_batch.sql).
-    let attempts: Vec<i32> = vec![1; ids.len()];
+    // The worker's fence: each id's claim attempt (see complete_batch.sql),
+    // and a few leases with none (-1), so both fence tests are planned.
+    let attempts: Vec<i32> = (0..ids.len()).map(|i| if i % 8 == 7 { -1 } else { 1 }).collect();
     let queues = vec![QUEUE.to_owned()];
     let two_queues = vec![QUEUE.to_owned(), "plans-other".to_owned()];
     let names = vec![NAME.to_owned()];

@@ -48,7 +48,9 @@ impl Lease {
         Lease { task_id, worker_id, attempt: None }
     }
 
-    /// Fences the lease to the claim on `attempt`.
+    /// Fences the lease to the claim on `attempt`. A claim's attempt is at
+    /// least 1; a negative one is refused as an invalid argument by every
+    /// write made with the lease.
     pub fn on_attempt(mut self, attempt: i32) -> Self {
         self.attempt = Some(attempt);
         self
