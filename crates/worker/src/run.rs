@@ -153,7 +153,11 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
         let slot = slot;
         let body = async {
             match batch {
-                Some(handler) => run_batch(&shared, &settler, handler, &tasks, &running, &slot).await,
+                // Boxed: a batch's state would widen every one-task run's
+                // future (see `supervise`); it costs one allocation per batch.
+                Some(handler) => {
+                    Box::pin(run_batch(&shared, &settler, handler, &tasks, &running, &slot)).await
+                }
                 None => {
                     let (task, run) = (&tasks[0], &running[0]);
                     let outcome = run_handler(&shared, task, run).await;
@@ -391,9 +395,13 @@ fn error_type(end: &RunEnd) -> Option<String> {
 /// their [`RunEnd`].
 async fn supervise<E, T>(shared: &Shared<E>, fut: impl Future<Output = T>) -> Option<Result<T, RunEnd>> {
     let run = AssertUnwindSafe(fut).catch_unwind();
+    // The timers here are boxed, made only when they are needed (a time
+    // limit, a shutdown past its grace): inline, each would widen every
+    // run's future, which is allocated and moved per task (a tokio timer is
+    // large).
     let bounded = async {
         match shared.settings.max_run_time {
-            Some(limit) => tokio::time::timeout(limit, run).await.map_err(|_| limit),
+            Some(limit) => Box::pin(tokio::time::timeout(limit, run)).await.map_err(|_| limit),
             None => Ok(run.await),
         }
     };
@@ -405,10 +413,13 @@ async fn supervise<E, T>(shared: &Shared<E>, fut: impl Future<Output = T>) -> Op
         if past_grace.wait_for(|past| *past).await.is_err() {
             std::future::pending::<()>().await;
         }
-        tokio::select! {
-            () = tokio::time::sleep(STOP_GRACE) => {}
-            Ok(_) = now.wait_for(|now| *now) => {}
-        }
+        Box::pin(async move {
+            tokio::select! {
+                () = tokio::time::sleep(STOP_GRACE) => {}
+                Ok(_) = now.wait_for(|now| *now) => {}
+            }
+        })
+        .await;
     };
     let result = tokio::select! {
         r = bounded => match r {
@@ -438,7 +449,7 @@ pub(crate) async fn settle<E: PgExecutor + 'static>(
     end: Option<RunEnd>,
 ) {
     let Some(settlement) = settlement_for(shared, task, running, end) else { return };
-    let first = settler.settle(&shared.store, settlement.clone()).await;
+    let first = settler.settle(&shared.store, &settlement).await;
     match first {
         Err(e) if e.is_transient() => {
             // Rare, and kept out of line: every run's future holds this
@@ -571,7 +582,7 @@ pub(crate) async fn settle_again<E: PgExecutor + 'static>(
     error: Error,
 ) {
     let deadline = Instant::now() + shared.settings.lease / 2;
-    let again = || settler.settle(&shared.store, settlement.clone());
+    let again = || settler.settle(&shared.store, &settlement);
     let out = while_passing(Err(error), deadline, || running.is_lost(), settlement.task_id(), again).await;
     if out.is_err() && running.is_lost() {
         tracing::debug!(task = %settlement.task_id(), "lease lost while a settlement was retried");

@@ -33,15 +33,16 @@ impl Settler {
         (Settler { tx: Some(tx) }, Some(Batcher { task, close }))
     }
 
-    pub(crate) async fn settle<E: PgExecutor>(&self, store: &Store<E>, s: Settlement) -> Result<Settled> {
+    pub(crate) async fn settle<E: PgExecutor>(&self, store: &Store<E>, s: &Settlement) -> Result<Settled> {
         // The direct paths are boxed: a statement's future is large, and
         // inline it would make every run's future large too, even when the
         // batcher settles it (one allocation per task, of the size of the
-        // largest path).
-        let Some(tx) = &self.tx else { return Box::pin(settle_one(store, &s)).await };
+        // largest path). The batcher gets a copy, made before any await, so
+        // the run's future holds only the reference.
+        let Some(tx) = &self.tx else { return Box::pin(settle_one(store, s)).await };
         let (reply, answer) = oneshot::channel();
-        if let Err(mpsc::error::SendError((s, _))) = tx.send((s, reply)) {
-            return Box::pin(settle_one(store, &s)).await;
+        if tx.send((s.clone(), reply)).is_err() {
+            return Box::pin(settle_one(store, s)).await;
         }
         match answer.await {
             Ok(out) => out,
