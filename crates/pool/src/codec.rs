@@ -69,14 +69,30 @@ pub fn decode_row(row: &tokio_postgres::Row) -> Result<Row, ExecError> {
 
 /// Decodes the rows of one result; they share one list of column names.
 pub fn decode_rows(rows: &[tokio_postgres::Row]) -> Result<Vec<Row>, ExecError> {
-    let Some(first) = rows.first() else { return Ok(Vec::new()) };
-    let names = column_names(first);
+    let mut decoder = RowDecoder::default();
     // Sized once (collecting results would grow it step by step).
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        out.push(Row::with_names(names.clone(), decode_values(row)?));
+        out.push(decoder.decode(row)?);
     }
     Ok(out)
+}
+
+/// Decodes the rows of one result one at a time, as they arrive (from a
+/// `RowStream`), so that each driver row is dropped once decoded rather
+/// than all of them held until the last has come; the rows share one list
+/// of column names.
+#[derive(Debug, Default)]
+pub struct RowDecoder {
+    names: Option<std::sync::Arc<[String]>>,
+}
+
+impl RowDecoder {
+    /// Decodes one row of the result.
+    pub fn decode(&mut self, row: &tokio_postgres::Row) -> Result<Row, ExecError> {
+        let names = self.names.get_or_insert_with(|| column_names(row)).clone();
+        Ok(Row::with_names(names, decode_values(row)?))
+    }
 }
 
 fn column_names(row: &tokio_postgres::Row) -> std::sync::Arc<[String]> {

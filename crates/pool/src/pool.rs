@@ -10,7 +10,7 @@ use waymark_store::{ExecError, ExecErrorKind, Lane, NotificationStream, PgExecut
 
 use crate::admission::{Gate, Permit, Refusal};
 use crate::breaker::{Breaker, Pass};
-use crate::codec::{decode_rows, map_error, typed_params};
+use crate::codec::{map_error, typed_params, RowDecoder};
 use crate::config::PgPoolBuilder;
 use crate::manager::{Conn, Manager};
 use crate::stats::{Counters, PoolStats};
@@ -387,11 +387,11 @@ impl PgPool {
 /// and reused. Shared by the pool and its transactions.
 pub(crate) async fn query_on(conn: &mut Conn, sql: Sql<'_>, params: &[Value]) -> Result<Vec<Row>, ExecError> {
     let typed = typed_params(sql.types, params);
-    let rows = match conn.statements.as_mut() {
+    let refs = typed.iter().map(|(p, t)| (p as &(dyn ToSql + Sync), t));
+    match conn.statements.as_mut() {
         None => {
-            let refs: Vec<(&(dyn ToSql + Sync), Type)> =
-                typed.iter().map(|(p, t)| (p as &(dyn ToSql + Sync), t.clone())).collect();
-            conn.client.query_typed(sql.text, &refs).await
+            let stream = conn.client.query_typed_raw(sql.text, refs.map(|(p, t)| (p, t.clone())));
+            decode_stream(stream.await).await
         }
         Some(cache) => {
             let stmt = match cache.get(sql.text) {
@@ -403,9 +403,7 @@ pub(crate) async fn query_on(conn: &mut Conn, sql: Sql<'_>, params: &[Value]) ->
                     stmt
                 }
             };
-            let refs: Vec<&(dyn ToSql + Sync)> =
-                typed.iter().map(|(p, _)| p as &(dyn ToSql + Sync)).collect();
-            let rows = conn.client.query(&stmt, &refs).await;
+            let rows = decode_stream(conn.client.query_raw(&stmt, refs.map(|(p, _)| p)).await).await;
             if rows.is_err() {
                 // A failed statement may be stale (a migration changed a
                 // table under its plan): prepare it afresh next time.
@@ -413,8 +411,22 @@ pub(crate) async fn query_on(conn: &mut Conn, sql: Sql<'_>, params: &[Value]) ->
             }
             rows
         }
-    };
-    decode_rows(&rows.map_err(map_error)?)
+    }
+}
+
+/// A statement's rows, decoded as they arrive: a claim's hundreds of rows
+/// are never all held twice, as the driver's and as ours.
+async fn decode_stream(
+    stream: Result<tokio_postgres::RowStream, tokio_postgres::Error>,
+) -> Result<Vec<Row>, ExecError> {
+    use futures::TryStreamExt;
+    let mut stream = std::pin::pin!(stream.map_err(map_error)?);
+    let mut decoder = RowDecoder::default();
+    let mut rows = Vec::new();
+    while let Some(row) = stream.try_next().await.map_err(map_error)? {
+        rows.push(decoder.decode(&row)?);
+    }
+    Ok(rows)
 }
 
 #[async_trait]
