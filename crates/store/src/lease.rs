@@ -61,6 +61,12 @@ impl Lease {
         &self.task_id
     }
 
+    /// The task id as [`Lease::shared`] took it: a holder that keys tasks
+    /// by id shares it rather than copying it.
+    pub fn shared_task_id(&self) -> &Arc<str> {
+        &self.task_id
+    }
+
     /// The worker that holds it.
     pub fn worker_id(&self) -> &str {
         &self.worker_id

@@ -56,8 +56,6 @@ impl CancelReason {
 pub(crate) struct Running {
     /// The claim, fenced to its attempt: the worker's own writes name it.
     pub(crate) lease: Lease,
-    /// The task id, shared with the worker's map of running tasks.
-    key: Arc<str>,
     /// The token: the first reason it fired for ([`CancelReason::code`]),
     /// 0 while it has not; `fired` wakes those waiting on it. (A channel
     /// would cost an allocation per task for what one byte holds.)
@@ -96,14 +94,8 @@ impl std::fmt::Debug for Observed {
 }
 
 impl Running {
-    pub(crate) fn new(
-        key: Arc<str>,
-        lease: Lease,
-        events: Events,
-        scope: Option<Box<dyn RunScope>>,
-    ) -> Arc<Self> {
+    pub(crate) fn new(lease: Lease, events: Events, scope: Option<Box<dyn RunScope>>) -> Arc<Self> {
         Arc::new(Running {
-            key,
             lease,
             events,
             scope: Observed(scope),
@@ -126,7 +118,7 @@ impl Running {
 
     /// The task id as the worker's map of running tasks keys it.
     pub(crate) fn key(&self) -> &Arc<str> {
-        &self.key
+        self.lease.shared_task_id()
     }
 
     pub(crate) fn attempt(&self) -> i32 {

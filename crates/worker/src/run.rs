@@ -51,10 +51,9 @@ pub(crate) fn register_call<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, ca
         .iter()
         .map(|task| {
             let scope = observer.and_then(|o| o.run(task));
-            let key: Arc<str> = Arc::from(task.id.as_str());
-            let lease =
-                Lease::shared(key.clone(), shared.settings.worker_id.clone()).on_attempt(task.attempt);
-            Running::new(key, lease, shared.state.events.clone(), scope)
+            let lease = Lease::shared(Arc::from(task.id.as_str()), shared.settings.worker_id.clone())
+                .on_attempt(task.attempt);
+            Running::new(lease, shared.state.events.clone(), scope)
         })
         .collect();
     for (task, run) in tasks.iter().zip(&running) {

@@ -207,10 +207,8 @@ async fn settle_all<S: PgSession + ?Sized>(
         for &i in members {
             let Settlement::Complete { lease, result } = &items[i] else { unreachable!("grouped completes") };
             let id = lease.task_id();
-            if first.contains_key(id) {
-                continue;
-            }
-            first.insert(id, i);
+            let std::collections::hash_map::Entry::Vacant(entry) = first.entry(id) else { continue };
+            entry.insert(i);
             if !result.is_null() {
                 results.insert(id.to_owned(), result.clone());
             }
