@@ -1,0 +1,50 @@
+//! Statements bound as a caller other than the store may bind them: what
+//! protocol-sql promises for the values the store itself never sends.
+
+use serde_json::json;
+use tokio_postgres::types::{ToSql, Type};
+use waymark_pool::PgPool;
+use waymark_store::protocol::Statement;
+use waymark_store::{ClaimRequest, ConnectOptions, NewTask, Store, TaskStatus};
+use waymark_tests::TestDatabase;
+
+/// `complete_batch` with `attempts` NULL, or shorter than `ids`, fences
+/// nothing: those ids are checked as `complete` checks them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_batch_without_attempts_fences_nothing() {
+    let db = TestDatabase::new().await;
+    let pool = PgPool::builder(&db.url).max_size(2).build().expect("pool");
+    let store = Store::connect(pool, ConnectOptions::default()).await.expect("migrate");
+    for i in 0..3 {
+        store.submit(NewTask::new("s", json!({ "i": i }))).await.expect("submit");
+    }
+    let claimed = store.claim(&ClaimRequest::new("w1", ["default"]).limit(3)).await.expect("claim");
+    let ids: Vec<String> = claimed.iter().map(|t| t.id.clone()).collect();
+    let client = waymark_tests::db::admin_client(&db.url).await;
+    let rewritten = waymark_dialect::rewrite(Statement::CompleteBatch.def().sql).expect("rewrite");
+    let settle = |ids: Vec<String>, attempts: Option<Vec<i32>>| {
+        let (client, rewritten) = (&client, &rewritten);
+        async move {
+            let results = json!({});
+            let worker = "w1";
+            let binds: [(&str, &(dyn ToSql + Sync)); 4] =
+                [("results", &results), ("ids", &ids), ("attempts", &attempts), ("worker_id", &worker)];
+            let names: Vec<&str> = binds.iter().map(|(n, _)| *n).collect();
+            let order = rewritten.bind_order(&names).expect("every parameter bound");
+            let def = Statement::CompleteBatch.def();
+            let params: Vec<(&(dyn ToSql + Sync), Type)> = order
+                .iter()
+                .zip(rewritten.names())
+                .map(|(&i, n)| (binds[i].1, waymark_pool::codec::pg_type(def.param(n).expect("declared").ty)))
+                .collect();
+            client.query_typed(rewritten.sql(), &params).await.expect("complete_batch").len()
+        }
+    };
+    assert_eq!(settle(vec![ids[0].clone()], None).await, 1, "attempts NULL");
+    assert_eq!(settle(vec![ids[1].clone(), ids[2].clone()], Some(vec![1])).await, 2, "attempts short");
+    for id in &ids {
+        let task = store.fetch(id).await.expect("get");
+        assert_eq!((task.status, task.result), (TaskStatus::Succeeded, Some(json!(null))), "{id}");
+    }
+    db.drop().await;
+}
