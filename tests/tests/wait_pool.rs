@@ -310,3 +310,61 @@ async fn a_watch_whose_stream_ended_listens_again_before_its_poll() {
     drop(store);
     db.drop().await;
 }
+
+/// The pool's executor, with its LISTEN held until the test lets it go.
+#[derive(Debug, Clone)]
+struct GatedListen {
+    inner: PgPool,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+#[async_trait::async_trait]
+impl waymark_store::PgExecutor for GatedListen {
+    type Transaction = <PgPool as waymark_store::PgExecutor>::Transaction;
+
+    async fn query(
+        &self,
+        sql: waymark_store::Sql<'_>,
+        params: &[waymark_store::Value],
+    ) -> Result<Vec<waymark_store::Row>, waymark_store::ExecError> {
+        self.inner.query(sql, params).await
+    }
+
+    async fn execute_script(&self, script: &str) -> Result<(), waymark_store::ExecError> {
+        self.inner.execute_script(script).await
+    }
+
+    async fn begin(&self) -> Result<Self::Transaction, waymark_store::ExecError> {
+        self.inner.begin().await
+    }
+
+    async fn listen(
+        &self,
+        channels: &[&str],
+    ) -> Result<Option<waymark_store::NotificationStream>, waymark_store::ExecError> {
+        let _pass = self.gate.acquire().await.expect("gate open");
+        self.inner.listen(channels).await
+    }
+}
+
+/// A watch's `next` dropped while it asks for its listener (a `select!`
+/// whose other branch won, as in the worker's claim loop) still owes its
+/// caller the poll it was about to answer: the next call answers it, not
+/// the next poll interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_dropped_while_it_listens_answers_its_poll_at_the_next_call() {
+    let schema = TestSchema::new().await;
+    let plain = pool_store(&schema).await;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let store = Store::new(GatedListen { inner: plain.executor().clone(), gate: gate.clone() });
+    let mut watch = store.watch_queues(["gated"], Duration::from_secs(600));
+    {
+        let next = watch.next();
+        tokio::pin!(next);
+        assert!(futures::poll!(next.as_mut()).is_pending(), "the first next waits for its listener");
+    }
+    gate.add_permits(1);
+    let signal = tokio::time::timeout(Duration::from_secs(10), watch.next()).await;
+    assert_eq!(signal.ok(), Some(waymark_store::Signal::Poll), "the owed poll, at once");
+    schema.drop().await;
+}

@@ -281,7 +281,7 @@ impl<E: PgExecutor> Store<E> {
             events: self.signals.events(),
             poll_interval,
             next_poll: Instant::now() + poll_interval,
-            started: false,
+            poll_owed: true,
         }
     }
 
@@ -311,7 +311,11 @@ pub struct Watch<'a, E> {
     events: broadcast::Receiver<Signal>,
     poll_interval: Duration,
     next_poll: Instant,
-    started: bool,
+    /// A poll to answer once the listener is asked for: set before that
+    /// await and cleared after it, so a caller that drops `next` there (a
+    /// `select!` whose other branch won) still gets the poll at its next
+    /// call. Set at the start: the first call answers a poll.
+    poll_owed: bool,
 }
 
 impl<E: PgExecutor> Watch<'_, E> {
@@ -339,18 +343,21 @@ impl<E: PgExecutor> Watch<'_, E> {
 
     /// The next signal. The first call answers [`Signal::Poll`] at once, so
     /// the caller reads before it waits.
+    ///
+    /// Cancel safe: a call dropped before it answered loses no signal; a
+    /// poll it was about to answer comes at the next call.
     pub async fn next(&mut self) -> Signal {
-        if !self.started {
-            self.started = true;
-            self.listen().await;
-            return Signal::Poll;
-        }
         loop {
+            if self.poll_owed {
+                self.listen().await;
+                self.poll_owed = false;
+                return Signal::Poll;
+            }
             let now = Instant::now();
             if now >= self.next_poll {
                 self.next_poll = now + self.poll_interval;
-                self.listen().await;
-                return Signal::Poll;
+                self.poll_owed = true;
+                continue;
             }
             let signal = tokio::time::timeout(self.next_poll - now, self.events.recv()).await;
             match signal {
@@ -363,10 +370,7 @@ impl<E: PgExecutor> Watch<'_, E> {
                 Ok(Ok(Signal::Done(_))) if !self.done => {}
                 // A stream that ended (or came back) says so with a poll:
                 // listen again now, not at the next poll of the timer.
-                Ok(Ok(Signal::Poll)) => {
-                    self.listen().await;
-                    return Signal::Poll;
-                }
+                Ok(Ok(Signal::Poll)) => self.poll_owed = true,
                 Ok(Ok(other)) => return other,
                 Ok(Err(broadcast::error::RecvError::Lagged(_))) => return Signal::Poll,
                 Ok(Err(broadcast::error::RecvError::Closed)) => {
