@@ -775,3 +775,66 @@ async fn shutdown_gives_back_what_was_claimed_ahead_without_running_it() {
     assert!(queued_all_unspent(&store).await, "every slow task given back unspent");
     schema.drop().await;
 }
+
+/// A task submitted while a claim is under way goes to a second claim at
+/// once: the first reserved only the few slots a trickle of work needs, so
+/// the signal finds slots to claim for, and the task waits neither for the
+/// first claim (whose snapshot may predate it) nor for the next poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_queued_during_a_claim_is_claimed_by_a_second_claim_at_once() {
+    use waymark_store::protocol::Statement;
+    let schema = TestSchema::new().await;
+    let plain = pool_store(&schema).await;
+    let submitter = plain.clone();
+    let (late_tx, late_rx) = tokio::sync::oneshot::channel();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let released = release.clone();
+    // Before the worker's first claim statement runs, another task is
+    // queued; the claim is held until that task has been claimed.
+    let (store, _answered) =
+        waymark_tests::fault_executor::hooked(&plain, Statement::ClaimOneQueueOneName, 1, async move {
+            let late = submitter.submit(NewTask::new("sig", json!({}))).await.expect("submit late");
+            let _ = late_tx.send(late.id);
+            released.notified().await;
+        });
+    let store = Arc::new(store);
+    let worker = Worker::builder(store.clone())
+        .concurrency(64)
+        // No poll comes to the rescue within the test's time.
+        .poll_interval(Duration::from_secs(60))
+        .task("sig", |_ctx, _p: serde_json::Value| async move { Ok(json!({})) })
+        .build()
+        .expect("worker");
+    let handle = worker.handle();
+    let mut events = handle.events();
+    let run = tokio::spawn(worker.run());
+    let first = store.submit(NewTask::new("sig", json!({}))).await.expect("submit").id;
+    let late = tokio::time::timeout(Duration::from_secs(20), late_rx)
+        .await
+        .expect("the first claim statement within 20 s")
+        .expect("the hook sent the late task's id");
+    let claimed_late = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match events.recv().await.expect("events") {
+                waymark_worker::WorkerEvent::Claimed { task_id, .. } if task_id == late => return,
+                _ => {}
+            }
+        }
+    })
+    .await;
+    release.notify_one();
+    assert!(claimed_late.is_ok(), "the late task was not claimed while the first claim was under way");
+    until_each_succeeded(&plain, &[first.as_str(), late.as_str()]).await;
+    handle.shutdown();
+    run.await.expect("worker ends");
+    schema.drop().await;
+}
+
+async fn until_each_succeeded(store: &S, ids: &[&str]) {
+    for id in ids {
+        until_some(Duration::from_secs(20), "the task to succeed", || async {
+            (fetch(store, id).await.status == TaskStatus::Succeeded).then_some(())
+        })
+        .await;
+    }
+}

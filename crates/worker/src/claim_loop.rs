@@ -25,8 +25,11 @@ const CLAIM_GATHER_GAP: Duration = Duration::from_millis(1);
 const CLAIM_RETRY_FIRST: Duration = Duration::from_millis(50);
 
 /// Claim transactions under way at once: while one commits, the next
-/// draws.
+/// draws, and a signal that comes while one is under way sends the other.
 const CLAIMS_IN_FLIGHT: usize = 2;
+
+/// The fewest calls a claim asks for (see [`ClaimLoop::ask`]).
+const CLAIM_ASK_MIN: usize = 16;
 
 /// How many tasks may be settling (their handlers ended, their
 /// settlements on their way) before the worker stops claiming: enough for
@@ -88,6 +91,13 @@ struct ClaimLoop<'a, E> {
     reserved: usize,
     /// Set when a claim came back short: wait for a wakeup before the next.
     dry: bool,
+    /// Signals seen so far, and their count when the latest claim went
+    /// out: a claim that comes back short after a later signal does not
+    /// make the loop dry (its snapshot may predate the signal's row).
+    signals: u64,
+    signals_at_claim: u64,
+    /// The most calls the next claim asks for (see [`ClaimLoop::ask`]).
+    ask_limit: usize,
     /// Whether draws are bounded by resources or handler limits: then a
     /// call that ends is a reason to claim again.
     limited: bool,
@@ -123,6 +133,9 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
             asked: HashMap::new(),
             reserved: 0,
             dry: false,
+            signals: 0,
+            signals_at_claim: 0,
+            ask_limit: CLAIM_ASK_MIN,
             limited: shared.planner.limited(),
             probe_due: true,
             last_probe: Instant::now(),
@@ -186,6 +199,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                 // A queued signal or a poll (a queue watch yields no done signals).
                 signal = watch.next(), if !slots_full => {
                     self.dry = false;
+                    self.signals += 1;
                     self.probe_due |= signal == Signal::Poll;
                 }
             }
@@ -287,7 +301,21 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         free
     }
 
+    /// How many of `free` calls to claim for. After a short answer, at
+    /// most twice what it found (and never fewer than [`CLAIM_ASK_MIN`]);
+    /// after a full one, all. A claim reserves the slots it asks for until
+    /// it answers, so one that asked for every free slot while a trickle of
+    /// work comes in would leave a signal arriving meanwhile no slot to
+    /// send a second claim for: the signal's task would wait for the first
+    /// to answer (whose snapshot may predate it) and then for a claim of
+    /// its own. A backlog costs one small claim before the full ones.
+    fn ask(&self, free: usize) -> usize {
+        free.min(self.ask_limit)
+    }
+
     fn spawn_claim(&mut self, free: usize) {
+        let free = self.ask(free);
+        self.signals_at_claim = self.signals;
         let probe = self.probe_due || self.last_probe.elapsed() >= self.shared.settings.poll_interval;
         if probe {
             (self.probe_due, self.last_probe) = (false, Instant::now());
@@ -308,7 +336,15 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
     fn claimed(&mut self, id: tokio::task::Id, out: Drawn, runs: &mut JoinSet<()>) {
         let (slots, asked_probe) = self.asked.remove(&id).unwrap_or((0, false));
         self.reserved -= slots;
-        self.dry = out.error.is_some() || out.calls.len() < slots;
+        let short = out.calls.len() < slots;
+        // A short answer means "nothing more is due" only if no signal came
+        // since the latest claim went out: else this one may have missed
+        // that signal's task, and no other claim covers it.
+        self.dry = out.error.is_some() || (short && self.signals == self.signals_at_claim);
+        if out.error.is_none() {
+            self.ask_limit =
+                if short { out.calls.len().saturating_mul(2).max(CLAIM_ASK_MIN) } else { usize::MAX };
+        }
         // A failed claim may have been the one that probed, and a turn
         // whose draws were all at capacity probed nothing: the next one
         // probes (and so recovers leases) instead.

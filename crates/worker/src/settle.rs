@@ -80,6 +80,10 @@ impl Batcher {
 /// Batches in flight at once: while one commits, the next fills.
 pub(crate) const FLUSHES_IN_FLIGHT: usize = 4;
 
+/// The longest a batch short of its size waits for the flushes in flight
+/// to commit, after its window has closed.
+const HOLD_MAX: Duration = Duration::from_millis(50);
+
 async fn batch_loop<E: PgExecutor + 'static>(
     store: Arc<Store<E>>,
     mut rx: mpsc::UnboundedReceiver<(Settlement, Reply)>,
@@ -112,6 +116,25 @@ async fn batch_loop<E: PgExecutor + 'static>(
             match tokio::time::timeout_at(deadline, rx.recv()).await {
                 Ok(Some(item)) => batch.push(item),
                 Ok(None) | Err(_) => break,
+            }
+        }
+        // A batch the window closed on short waits, still filling, for the
+        // flushes in flight to commit: under a trickle of settlements the
+        // worker then commits about once per commit's time, not once per
+        // window. Every commit here notifies (`cairnq_done`), and the server
+        // serialises notifying commits, the producers' submits among them.
+        // A full batch goes at once, so a drain keeps its flushes overlapped;
+        // and a flush that hangs (a row lock, a lost connection) holds the
+        // next one back [`HOLD_MAX`] at most.
+        let held_until = tokio::time::Instant::now() + HOLD_MAX;
+        while batch.len() < max_batch && !flushes.is_empty() {
+            tokio::select! {
+                item = rx.recv() => match item {
+                    Some(item) => batch.push(item),
+                    None => break,
+                },
+                _ = flushes.join_next() => {}
+                () = tokio::time::sleep_until(held_until) => break,
             }
         }
         let permit = slots.clone().acquire_owned().await.expect("the semaphore is never closed");

@@ -157,6 +157,23 @@ pub(super) fn worker(
     worker_builder(store, queue, concurrency, settle, on_start).build().map_err(|e| e.to_string())
 }
 
+/// Waits until `store` hears queued signals (its LISTEN hub is up), as
+/// the baseline's listener is before its producers start: a round's first
+/// tasks would otherwise be found by the worker's poll, not its signal.
+/// On a database dropped and created again under the same name (every
+/// round), the registry's hub of the round before is still reconnecting,
+/// with backoff, for up to several hundred milliseconds.
+pub(super) async fn until_watching(store: &Store<PgPool>) -> Result<(), String> {
+    let started = Instant::now();
+    while !store.is_watching() {
+        if started.elapsed() > Duration::from_secs(30) {
+            return Err("bench: the worker's listener did not come up within 30 s".to_owned());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
+}
+
 /// The bench's worker before it is built: one no-op handler on `queue`.
 pub(super) fn worker_builder(
     store: &Arc<Store<PgPool>>,
@@ -303,7 +320,8 @@ pub(super) async fn latency(server: &str, n: usize, peers: Option<&Path>) -> Res
             let w = worker(&store, "bench", 16, 64, stamps.on_start())?;
             let handle = w.handle();
             let run = tokio::spawn(w.run());
-            tokio::time::sleep(Duration::from_millis(500)).await; // idle, listening
+            until_watching(&store).await?;
+            tokio::time::sleep(Duration::from_millis(500)).await; // idle
             let clock = CpuClock::start();
             for seq in 0..LATENCY_TASKS as u64 {
                 store
@@ -364,6 +382,7 @@ pub(super) async fn mixed(server: &str, n: usize) -> Result<Vec<Row>, String> {
             let w = worker(&store, "bench", concurrency, settle, stamps.on_start())?;
             let handle = w.handle();
             let run = tokio::spawn(w.run());
+            until_watching(&store).await?;
             let seq = Arc::new(std::sync::atomic::AtomicU64::new(0));
             let clock = CpuClock::start();
             let started = Instant::now();

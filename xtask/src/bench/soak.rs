@@ -20,7 +20,7 @@ use waymark_tests::db::{table_health, TableHealth};
 use waymark_tests::private_cluster::PrivateCluster;
 
 use super::measure::{percentiles, Stamps};
-use super::scenarios::{fresh, worker};
+use super::scenarios::{fresh, until_watching, worker};
 use super::MIXED_WORKER;
 
 const DEFAULT_MINUTES: u64 = 15;
@@ -92,6 +92,7 @@ pub(super) async fn soak(args: &[String]) -> Result<(), String> {
     let w = worker(&store, "bench", CONCURRENCY, SETTLE, on_start)?;
     let handle = w.handle();
     let run = tokio::spawn(w.run());
+    until_watching(&store).await?;
     let purged = Arc::new(AtomicU64::new(0));
     let sweep_failures = Arc::new(AtomicU64::new(0));
     let sweeper = {
@@ -208,6 +209,7 @@ async fn capacity(server: &str) -> Result<f64, String> {
     let w = worker(&store, "bench", CONCURRENCY, SETTLE, Arc::new(|_| {}))?;
     let handle = w.handle();
     let run = tokio::spawn(w.run());
+    until_watching(&store).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let mut producers = Vec::new();
     for _ in 0..PRODUCERS {
