@@ -311,7 +311,8 @@ async fn a_watch_whose_stream_ended_listens_again_before_its_poll() {
     db.drop().await;
 }
 
-/// The pool's executor, with its LISTEN held until the test lets it go.
+/// The pool's executor, each of its LISTEN attempts held until the test
+/// adds a permit for it.
 #[derive(Debug, Clone)]
 struct GatedListen {
     inner: PgPool,
@@ -342,7 +343,8 @@ impl waymark_store::PgExecutor for GatedListen {
         &self,
         channels: &[&str],
     ) -> Result<Option<waymark_store::NotificationStream>, waymark_store::ExecError> {
-        let _pass = self.gate.acquire().await.expect("gate open");
+        // One permit per attempt: the test counts attempts by what is left.
+        self.gate.acquire().await.expect("gate open").forget();
         self.inner.listen(channels).await
     }
 }
@@ -350,9 +352,11 @@ impl waymark_store::PgExecutor for GatedListen {
 /// A watch's `next` dropped while it asks for its listener (a `select!`
 /// whose other branch won, as in the worker's claim loop) still owes its
 /// caller the poll it was about to answer: the next call answers it, not
-/// the next poll interval.
+/// the next poll interval. The cancelled attempt blocks another for 2 s
+/// (`RELISTEN_AFTER`); once they have passed, everyone is woken and the
+/// watch listens again, long before its 600 s poll.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watch_dropped_while_it_listens_answers_its_poll_at_the_next_call() {
+async fn a_watch_dropped_while_it_listens_answers_its_poll_and_listens_again() {
     let schema = TestSchema::new().await;
     let plain = pool_store(&schema).await;
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
@@ -366,5 +370,11 @@ async fn a_watch_dropped_while_it_listens_answers_its_poll_at_the_next_call() {
     gate.add_permits(1);
     let signal = tokio::time::timeout(Duration::from_secs(10), watch.next()).await;
     assert_eq!(signal.ok(), Some(waymark_store::Signal::Poll), "the owed poll, at once");
+    assert_eq!(gate.available_permits(), 1, "no second attempt within RELISTEN_AFTER");
+    let signal = tokio::time::timeout(Duration::from_secs(10), watch.next()).await;
+    assert_eq!(signal.ok(), Some(waymark_store::Signal::Poll), "a wake once RELISTEN_AFTER passed");
+    assert_eq!(gate.available_permits(), 0, "the watch listened again");
+    eventually(Duration::from_secs(10), "the watch hears queued signals", || async { store.is_watching() })
+        .await;
     schema.drop().await;
 }

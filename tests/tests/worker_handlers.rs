@@ -593,3 +593,39 @@ async fn a_handlers_own_settlement_cut_short_is_made_by_the_worker() {
     run.await.expect("worker");
     schema.drop().await;
 }
+
+/// A worker whose only handler takes batches drains a backlog without
+/// waiting for its polls: it claims nothing ahead of its free slots (a
+/// batch's call is never claimed ahead), so it must count no room for
+/// that either, or every claim would come back short of what it asked for
+/// and the worker would wait for a signal with work still due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_only_worker_drains_a_backlog_without_its_polls() {
+    let schema = TestSchema::new().await;
+    let store: S = Arc::new(pool_store(&schema).await);
+    store
+        .submit_batch((0..200).map(|n| NewTask::new("fast.batch", json!({ "n": n })).queue("backlog")))
+        .await
+        .expect("submit");
+    let w = Worker::builder(store.clone())
+        .queues(["backlog"])
+        .concurrency(2)
+        // No poll within the test's time: only claims that follow claims.
+        .poll_interval(Duration::from_secs(60))
+        .batch_task("fast.batch", 5, |items: Vec<waymark_worker::BatchItem<PgPool, Num>>| async move {
+            Ok(items.into_iter().map(|i| (i.ctx.id().to_owned(), i.payload.n)).collect::<HashMap<_, _>>())
+        })
+        .build()
+        .expect("worker");
+    let handle = w.handle();
+    let run = tokio::spawn(w.run());
+    let s = store.clone();
+    eventually(Duration::from_secs(20), "all 200 tasks settled without a poll", || {
+        let s = s.clone();
+        async move { s.stats(None).await.expect("stats")["backlog"].succeeded == 200 }
+    })
+    .await;
+    handle.shutdown();
+    run.await.expect("worker ends");
+    schema.drop().await;
+}

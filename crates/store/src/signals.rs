@@ -143,10 +143,12 @@ impl Signals {
         }
         // Cancel safe: if the caller is dropped during the await below, the
         // guard gives the claim back, so a later call listens again.
-        let mut claim = ListenClaim(Some((self, channel)));
-        match exec.listen(&[channel.name()]).await {
+        let mut claim = ListenClaim { signals: Some(self), channel, answered: false };
+        let answer = exec.listen(&[channel.name()]).await;
+        claim.answered = true;
+        match answer {
             Ok(Some(stream)) => {
-                claim.0 = None; // the consumer owns the flag now
+                claim.signals = None; // the consumer owns the flag now
                 tokio::spawn(consume(Arc::downgrade(self), stream, channel, life.closed()));
             }
             Ok(None) => {}
@@ -204,13 +206,35 @@ impl Signals {
 }
 
 /// Resets `listening` unless disarmed: a listen attempt that failed, said
-/// no, or was cancelled.
-struct ListenClaim<'a>(Option<(&'a Signals, Channel)>);
+/// no, or was cancelled. A cancelled one (its caller dropped before the
+/// executor answered) also wakes everyone once [`RELISTEN_AFTER`] has
+/// passed: no attempt is made before then, and a watch would otherwise try
+/// again only at its next poll.
+struct ListenClaim<'a> {
+    signals: Option<&'a Arc<Signals>>,
+    channel: Channel,
+    answered: bool,
+}
 
 impl Drop for ListenClaim<'_> {
     fn drop(&mut self) {
-        if let Some((s, channel)) = self.0 {
-            s.state.lock().unwrap_or_else(|p| p.into_inner()).slot(channel).listening = false;
+        let Some(s) = self.signals else { return };
+        s.state.lock().unwrap_or_else(|p| p.into_inner()).slot(self.channel).listening = false;
+        if !self.answered {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(wake_when_listening_may_retry(Arc::downgrade(s), self.channel));
+            }
+        }
+    }
+}
+
+/// Wakes everyone once [`RELISTEN_AFTER`] has passed, unless `channel` is
+/// listening again by then: the first moment a watch may try again.
+async fn wake_when_listening_may_retry(signals: Weak<Signals>, channel: Channel) {
+    tokio::time::sleep(RELISTEN_AFTER).await;
+    if let Some(s) = signals.upgrade() {
+        if !s.state.lock().expect("signals lock").slot(channel).listening {
+            s.wake_everyone();
         }
     }
 }
@@ -256,12 +280,7 @@ async fn consume(
         // That first try may fall inside RELISTEN_AFTER of the last one:
         // wake once more when it has passed, so a watch tries again then.
         drop(s);
-        tokio::time::sleep(RELISTEN_AFTER).await;
-        if let Some(s) = signals.upgrade() {
-            if !s.state.lock().expect("signals lock").slot(channel).listening {
-                s.wake_everyone();
-            }
-        }
+        wake_when_listening_may_retry(signals, channel).await;
     }
 }
 

@@ -164,7 +164,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                 return;
             }
             let free = self.gather_free_slots().await;
-            if !self.dry && free > 0 && self.claims.len() < CLAIMS_IN_FLIGHT {
+            if !self.dry && free > 0 && self.claims.len() < CLAIMS_IN_FLIGHT && self.worth_another() {
                 self.spawn_claim(free);
                 continue;
             }
@@ -225,6 +225,9 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         let calls = &self.shared.state.call_time;
         let resumes_at = |at: u64| at.saturating_add(u64::try_from(concurrency).unwrap_or(u64::MAX));
         if self.ahead_paused_at.is_some_and(|at| calls.ended() < resumes_at(at)) {
+            return concurrency;
+        }
+        if !self.shared.planner.claims_ahead() {
             return concurrency;
         }
         concurrency + claim_ahead(concurrency, calls.average())
@@ -311,6 +314,15 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
     /// its own. A backlog costs one small claim before the full ones.
     fn ask(&self, free: usize) -> usize {
         free.min(self.ask_limit)
+    }
+
+    /// Whether a claim may go out beside the one under way: while a
+    /// backlog is claimed in full (one commits while the next draws), or
+    /// when a signal came since it went out (its snapshot may miss that
+    /// signal's task). Else it would race the first for the same rows, and
+    /// skip the probe the first one ran.
+    fn worth_another(&self) -> bool {
+        self.claims.is_empty() || self.ask_limit == usize::MAX || self.signals != self.signals_at_claim
     }
 
     fn spawn_claim(&mut self, free: usize) {

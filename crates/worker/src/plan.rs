@@ -28,6 +28,13 @@ pub(crate) struct Source {
 }
 
 impl Source {
+    /// Handlers without limits or batches: a call of theirs holds no unit,
+    /// no fleet slot and no batch while it waits, so it may be claimed
+    /// ahead of a free slot.
+    fn is_plain(&self) -> bool {
+        self.limits.is_empty() && self.fleet.is_none() && self.batch == 1
+    }
+
     pub(crate) fn new(names: Vec<String>, batch: usize, limits: Arc<[usize]>) -> Self {
         Source { names, batch, limits, queues: None, fleet: None }
     }
@@ -74,6 +81,15 @@ impl Planner {
         self.sources.iter().any(|s| !s.limits.is_empty() || s.fleet.is_some())
     }
 
+    /// Whether any draw may claim calls ahead of a free slot (see
+    /// [`Planner::draw`]): one of handlers without limits or batches. A
+    /// worker without one must count no room ahead, or every claim would
+    /// come back short of what it asked for and the loop would wait for a
+    /// signal with work still due.
+    pub(crate) fn claims_ahead(&self) -> bool {
+        self.sources.iter().any(Source::is_plain)
+    }
+
     /// Draws up to `free` calls, and up to `ahead` more for calls claimed
     /// ahead of a free slot: those only from the draw of handlers without
     /// limits or batches (a call claimed ahead must hold no unit, no fleet
@@ -96,7 +112,7 @@ impl Planner {
         let mut probe = probe;
         for k in 0..n {
             let src = &self.sources[(start + k) % n];
-            let plain = src.limits.is_empty() && src.fleet.is_none() && src.batch == 1;
+            let plain = src.is_plain();
             let left_here = if plain { left + left_ahead } else { left };
             if left_here == 0 {
                 continue;
