@@ -601,22 +601,36 @@ async fn a_handlers_own_settlement_cut_short_is_made_by_the_worker() {
 /// and the worker would wait for a signal with work still due.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_only_worker_drains_a_backlog_without_its_polls() {
+    batch_backlog_drains_without_polls(false).await;
+}
+
+/// The same with a plain handler beside it, which has nothing due: the
+/// room ahead its draw could fill stays empty, and that must not make the
+/// batch draw's full answers look short, nor take the batch draw's slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_backlog_beside_an_idle_plain_handler_drains_without_its_polls() {
+    batch_backlog_drains_without_polls(true).await;
+}
+
+async fn batch_backlog_drains_without_polls(with_plain: bool) {
     let schema = TestSchema::new().await;
     let store: S = Arc::new(pool_store(&schema).await);
     store
         .submit_batch((0..200).map(|n| NewTask::new("fast.batch", json!({ "n": n })).queue("backlog")))
         .await
         .expect("submit");
-    let w = Worker::builder(store.clone())
+    let mut builder = Worker::builder(store.clone())
         .queues(["backlog"])
         .concurrency(2)
         // No poll within the test's time: only claims that follow claims.
         .poll_interval(Duration::from_secs(60))
         .batch_task("fast.batch", 5, |items: Vec<waymark_worker::BatchItem<PgPool, Num>>| async move {
             Ok(items.into_iter().map(|i| (i.ctx.id().to_owned(), i.payload.n)).collect::<HashMap<_, _>>())
-        })
-        .build()
-        .expect("worker");
+        });
+    if with_plain {
+        builder = builder.task("idle.plain", |_ctx, _p: serde_json::Value| async move { Ok(()) });
+    }
+    let w = builder.build().expect("worker");
     let handle = w.handle();
     let run = tokio::spawn(w.run());
     let s = store.clone();

@@ -84,22 +84,29 @@ struct ClaimLoop<'a, E> {
     /// Claims under way, and the slots each asked for (by task id, so that
     /// a claim task that panicked still gives its slots back).
     claims: JoinSet<Drawn>,
-    /// Per claim under way: the slots it asked for, and whether it was to
-    /// probe.
-    asked: HashMap<tokio::task::Id, (usize, bool)>,
-    /// Slots asked for by the claims under way.
+    /// Per claim under way: the calls it asked for, how many of them for
+    /// free slots (the rest ahead of one), and whether it was to probe.
+    asked: HashMap<tokio::task::Id, (usize, usize, bool)>,
+    /// Calls asked for by the claims under way, and how many of them for
+    /// free slots: a claim's part for slots is what the slots leave after
+    /// the claims under way took theirs, not their room ahead too (only a
+    /// plain handler's draw fills that, and a batch draw would get none).
     reserved: usize,
+    reserved_slots: usize,
     /// Set when a claim came back short: wait for a wakeup before the next.
     dry: bool,
-    /// Signals seen so far, and their count when the latest claim went
-    /// out: a claim that comes back short after a later signal does not
-    /// make the loop dry (its snapshot may predate the signal's row).
-    signals: u64,
-    signals_at_claim: u64,
+    /// Wakeups so far (a signal, a poll, a retry due, a freed slot or unit
+    /// that ended a dry spell), and their count when the latest claim went
+    /// out: a claim that comes back short after a later wakeup does not
+    /// make the loop dry (its snapshot may predate the signal's row, or its
+    /// draw the freed unit).
+    wakeups: u64,
+    wakeups_at_claim: u64,
     /// The most calls the next claim asks for (see [`ClaimLoop::ask`]).
     ask_limit: usize,
-    /// Whether draws are bounded by resources or handler limits: then a
-    /// call that ends is a reason to claim again.
+    /// Whether draws are bounded by resources, handler limits or batches
+    /// (a batch draw takes free slots only, never room ahead): then a call
+    /// that ends is a reason to claim again.
     limited: bool,
     /// The probe (and the lease recovery it starts) runs on a poll, and at
     /// least once per poll interval; a claim after a full claim or a queued
@@ -132,9 +139,10 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
             claims: JoinSet::new(),
             asked: HashMap::new(),
             reserved: 0,
+            reserved_slots: 0,
             dry: false,
-            signals: 0,
-            signals_at_claim: 0,
+            wakeups: 0,
+            wakeups_at_claim: 0,
             ask_limit: CLAIM_ASK_MIN,
             limited: shared.planner.limited(),
             probe_due: true,
@@ -184,7 +192,10 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                 // A call that ends frees a slot for a call claimed ahead;
                 // with limits, it may free what a draw lacked.
                 _ = shared.state.slot_freed.notified(), if refill || !self.ready.is_empty() => {
-                    self.dry &= !refill;
+                    if refill {
+                        self.dry = false;
+                        self.wakeups += 1;
+                    }
                 }
                 // A call claimed ahead may wait so long: then it goes back.
                 _ = sleep_until_some(stale_at), if stale_at.is_some() => {}
@@ -195,11 +206,12 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                 }
                 _ = sleep_until_some(self.retry_at), if self.retry_at.is_some() => {
                     (self.dry, self.retry_at) = (false, None);
+                    self.wakeups += 1;
                 }
                 // A queued signal or a poll (a queue watch yields no done signals).
                 signal = watch.next(), if !slots_full => {
                     self.dry = false;
-                    self.signals += 1;
+                    self.wakeups += 1;
                     self.probe_due |= signal == Signal::Poll;
                 }
             }
@@ -287,7 +299,8 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         let batch = (shared.settings.concurrency / 2).max(1);
         let busy = shared.running_count() + self.reserved > 0;
         // Calls claimed ahead take freed slots first: no gathering then.
-        let gather = self.ready.is_empty() && busy && self.claims.len() < CLAIMS_IN_FLIGHT;
+        let gather =
+            self.ready.is_empty() && busy && self.claims.len() < CLAIMS_IN_FLIGHT && self.worth_another();
         if !self.dry && free > 0 && free < batch && gather {
             let deadline = tokio::time::Instant::now() + CLAIM_GATHER;
             loop {
@@ -318,41 +331,45 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
 
     /// Whether a claim may go out beside the one under way: while a
     /// backlog is claimed in full (one commits while the next draws), or
-    /// when a signal came since it went out (its snapshot may miss that
-    /// signal's task). Else it would race the first for the same rows, and
-    /// skip the probe the first one ran.
+    /// after a wakeup since it went out (its snapshot may miss a signal's
+    /// task). Else it would race the first for the same rows, and skip the
+    /// probe the first one ran.
     fn worth_another(&self) -> bool {
-        self.claims.is_empty() || self.ask_limit == usize::MAX || self.signals != self.signals_at_claim
+        self.claims.is_empty() || self.ask_limit == usize::MAX || self.wakeups != self.wakeups_at_claim
     }
 
     fn spawn_claim(&mut self, free: usize) {
         let free = self.ask(free);
-        self.signals_at_claim = self.signals;
+        self.wakeups_at_claim = self.wakeups;
         let probe = self.probe_due || self.last_probe.elapsed() >= self.shared.settings.poll_interval;
         if probe {
             (self.probe_due, self.last_probe) = (false, Instant::now());
         }
         let shared = self.shared.clone();
         // The part of `free` that slots can take now; the rest is ahead.
-        let taken = shared.running_count() + self.reserved + self.ready.len();
+        let taken = shared.running_count() + self.reserved_slots + self.ready.len();
         let plain = shared.settings.concurrency.saturating_sub(taken).min(free);
         self.reserved += free;
+        self.reserved_slots += plain;
         let handle = self
             .claims
             .spawn(async move { shared.planner.draw(&shared.store, plain, free - plain, probe).await });
-        self.asked.insert(handle.id(), (free, probe));
+        self.asked.insert(handle.id(), (free, plain, probe));
     }
 
     /// A claim came back: its slots are no longer reserved, a short answer
     /// means dry, a failure schedules a retry; what it claimed starts.
     fn claimed(&mut self, id: tokio::task::Id, out: Drawn, runs: &mut JoinSet<()>) {
-        let (slots, asked_probe) = self.asked.remove(&id).unwrap_or((0, false));
+        let (slots, for_slots, asked_probe) = self.asked.remove(&id).unwrap_or((0, 0, false));
         self.reserved -= slots;
-        let short = out.calls.len() < slots;
-        // A short answer means "nothing more is due" only if no signal came
-        // since the latest claim went out: else this one may have missed
-        // that signal's task, and no other claim covers it.
-        self.dry = out.error.is_some() || (short && self.signals == self.signals_at_claim);
+        self.reserved_slots -= for_slots;
+        // Short: no claim statement of the turn got all it asked for (a
+        // batch draw never fills the room ahead, so calls against slots
+        // would not tell). That means "nothing more is due" only if no
+        // wakeup came since the latest claim went out: else this one may
+        // have missed that signal's task, and no other claim covers it.
+        let short = !out.full;
+        self.dry = out.error.is_some() || (short && self.wakeups == self.wakeups_at_claim);
         if out.error.is_none() {
             self.ask_limit =
                 if short { out.calls.len().saturating_mul(2).max(CLAIM_ASK_MIN) } else { usize::MAX };

@@ -59,6 +59,9 @@ pub(crate) struct Drawn {
     /// Whether a claim statement probed (none may have run: every draw's
     /// capacity taken).
     pub(crate) probed: bool,
+    /// Whether a claim statement got as many rows as it asked for: more
+    /// may be due.
+    pub(crate) full: bool,
 }
 
 #[derive(Debug)]
@@ -74,11 +77,12 @@ impl Planner {
         Planner { sources, caps, base, cursor: AtomicUsize::new(0) }
     }
 
-    /// Whether any draw is bounded by a capacity or a fleet limit (a call
-    /// that ends is then a reason to claim again: it freed a unit, or a
-    /// slot of the fleet's).
+    /// Whether any draw is bounded by a capacity, a fleet limit or its
+    /// batches (a call that ends is then a reason to claim again: it freed
+    /// a unit, a slot of the fleet's, or a slot that only such a draw,
+    /// which never claims ahead, can take).
     pub(crate) fn limited(&self) -> bool {
-        self.sources.iter().any(|s| !s.limits.is_empty() || s.fleet.is_some())
+        self.sources.iter().any(|s| !s.is_plain())
     }
 
     /// Whether any draw may claim calls ahead of a free slot (see
@@ -133,6 +137,7 @@ impl Planner {
             probe = false;
             match store.claim(&req).await {
                 Ok(tasks) => {
+                    drawn.full |= i64::try_from(tasks.len()).unwrap_or(i64::MAX) >= limit;
                     let mut tasks = tasks.into_iter().peekable();
                     while tasks.peek().is_some() {
                         let call: Vec<Task> = tasks.by_ref().take(src.batch).collect();
