@@ -824,17 +824,11 @@ async fn a_task_queued_during_a_claim_is_claimed_by_a_second_claim_at_once() {
     .await;
     release.notify_one();
     assert!(claimed_late.is_ok(), "the late task was not claimed while the first claim was under way");
-    until_each_succeeded(&plain, &[first.as_str(), late.as_str()]).await;
+    for id in [&first, &late] {
+        let done = plain.wait(id, Duration::from_secs(20)).await.expect("the task ends");
+        assert_eq!(done.status, TaskStatus::Succeeded);
+    }
     handle.shutdown();
     run.await.expect("worker ends");
     schema.drop().await;
-}
-
-async fn until_each_succeeded(store: &S, ids: &[&str]) {
-    for id in ids {
-        until_some(Duration::from_secs(20), "the task to succeed", || async {
-            (fetch(store, id).await.status == TaskStatus::Succeeded).then_some(())
-        })
-        .await;
-    }
 }

@@ -236,10 +236,10 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         let concurrency = self.shared.settings.concurrency;
         let calls = &self.shared.state.call_time;
         let resumes_at = |at: u64| at.saturating_add(u64::try_from(concurrency).unwrap_or(u64::MAX));
-        if self.ahead_paused_at.is_some_and(|at| calls.ended() < resumes_at(at)) {
-            return concurrency;
-        }
-        if !self.shared.planner.claims_ahead() {
+        // Nothing ahead while paused, or when no draw could fill it.
+        if self.ahead_paused_at.is_some_and(|at| calls.ended() < resumes_at(at))
+            || !self.shared.planner.claims_ahead()
+        {
             return concurrency;
         }
         concurrency + claim_ahead(concurrency, calls.average())
