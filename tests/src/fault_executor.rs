@@ -1,7 +1,8 @@
-//! An executor over a real one that runs a hook once, just before its
-//! `nth` run of one statement: how a test lands a write between two reads,
-//! or makes one call panic, where no timing could put it. Every other call
-//! goes to the real executor untouched.
+//! Executors over a real one that let a test act between statements:
+//! [`Hooked`] runs a hook once, just before its `nth` run of one statement
+//! (how a test lands a write between two reads, or makes one call panic,
+//! where no timing could put it); [`Tapped`] asks a tap before and after
+//! every statement. Every other call goes to the real executor untouched.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,7 +14,8 @@ use tokio::sync::oneshot;
 use waymark_store::protocol::Statement;
 use waymark_store::{ExecError, Lane, NotificationStream, PgExecutor, Row, Sql, Store, Value};
 
-type Hook = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// What a hook or a tap awaits.
+pub type Hook = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// An executor that runs a hook once, just before its `nth` run (from 1) of
 /// one statement, says when that run has answered, and otherwise passes
@@ -66,9 +68,7 @@ where
     E: PgExecutor + Clone,
     F: Future<Output = ()> + Send + 'static,
 {
-    // The text the store sends for the statement with those filters on.
-    let specialised = waymark_dialect::specialise(statement.def().sql, bound).expect("specialise");
-    let sql = waymark_dialect::rewrite(&specialised).expect("rewrite").sql().to_owned();
+    let sql = sql_of(statement, bound);
     let (answered, on_answer) = oneshot::channel();
     let exec = Hooked {
         inner: store.executor().clone(),
@@ -96,6 +96,81 @@ impl<E: PgExecutor> PgExecutor for Hooked<E> {
         let answer = self.inner.query(sql, params).await;
         if let Some(answered) = self.answered.lock().expect("hook lock").take() {
             let _ = answered.send(());
+        }
+        answer
+    }
+
+    async fn execute_script(&self, script: &str) -> Result<(), ExecError> {
+        self.inner.execute_script(script).await
+    }
+
+    async fn begin(&self) -> Result<Self::Transaction, ExecError> {
+        self.inner.begin().await
+    }
+
+    async fn begin_in_lane(&self, lane: Lane) -> Result<Self::Transaction, ExecError> {
+        self.inner.begin_in_lane(lane).await
+    }
+
+    async fn listen(&self, channels: &[&str]) -> Result<Option<NotificationStream>, ExecError> {
+        self.inner.listen(channels).await
+    }
+}
+
+/// Before or after a run of a statement, for a [`Tapped`] executor's tap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tap {
+    Before,
+    After,
+}
+
+type TapFn = dyn Fn(&str, Tap) -> Option<Hook> + Send + Sync;
+
+/// An executor that asks a tap, just before and just after each statement
+/// it runs, for something to await there: how a test holds one claim
+/// between its statements while the worker sends another, whatever order
+/// the claim's statements come in. Everything else is the wrapped
+/// executor's, listening too.
+pub struct Tapped<E> {
+    inner: E,
+    tap: Box<TapFn>,
+}
+
+impl<E> std::fmt::Debug for Tapped<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tapped").finish_non_exhaustive()
+    }
+}
+
+/// A store on `store`'s executor that calls `tap` with each statement's SQL
+/// (as [`sql_of`] gives it) before and after the statement runs, and awaits
+/// what it returns.
+pub fn tapped<E, T>(store: &Store<E>, tap: T) -> Store<Tapped<E>>
+where
+    E: PgExecutor + Clone,
+    T: Fn(&str, Tap) -> Option<Hook> + Send + Sync + 'static,
+{
+    Store::new(Tapped { inner: store.executor().clone(), tap: Box::new(tap) })
+}
+
+/// The SQL the store sends for `statement` with the optional filters named
+/// in `bound` on.
+pub fn sql_of(statement: Statement, bound: &[&str]) -> String {
+    let specialised = waymark_dialect::specialise(statement.def().sql, bound).expect("specialise");
+    waymark_dialect::rewrite(&specialised).expect("rewrite").sql().to_owned()
+}
+
+#[async_trait]
+impl<E: PgExecutor> PgExecutor for Tapped<E> {
+    type Transaction = E::Transaction;
+
+    async fn query(&self, sql: Sql<'_>, params: &[Value]) -> Result<Vec<Row>, ExecError> {
+        if let Some(hold) = (self.tap)(sql.text, Tap::Before) {
+            hold.await;
+        }
+        let answer = self.inner.query(sql, params).await;
+        if let Some(hold) = (self.tap)(sql.text, Tap::After) {
+            hold.await;
         }
         answer
     }

@@ -643,3 +643,115 @@ async fn batch_backlog_drains_without_polls(with_plain: bool) {
     run.await.expect("worker ends");
     schema.drop().await;
 }
+
+/// A batch task queued while a claim holds every free slot is claimed
+/// without waiting for a poll. The claim its signal sends beside the first
+/// has no free slot to draw a batch for (only room ahead, which a batch
+/// never takes), so it must not count as having answered that signal; the
+/// next claim with slots does. (A plain handler beside the batch one, its
+/// calls known to be short, and no more slots than a claim asks for.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a_poll() {
+    use std::sync::atomic::AtomicBool;
+    use tokio::sync::{Notify, Semaphore};
+    use waymark_store::protocol::Statement;
+    use waymark_tests::fault_executor::{sql_of, tapped, Tap};
+
+    let schema = TestSchema::new().await;
+    let plain = pool_store(&schema).await;
+    let (batch_sql, plain_sql) =
+        (sql_of(Statement::ClaimOneQueueOneName, &[]), sql_of(Statement::ClaimOneQueue, &["names"]));
+    let armed = Arc::new(AtomicBool::new(false));
+    let late: Arc<Mutex<Option<String>>> = Arc::default();
+    // Set before the late task is queued: its signal may send the second
+    // claim before its submit has answered.
+    let queuing = Arc::new(AtomicBool::new(false));
+    let second_claim = Arc::new(Notify::new());
+    let no_second = Arc::new(AtomicBool::new(false));
+    let tap = {
+        let (armed, late, queuing, second_claim, no_second, submitter) = (
+            armed.clone(),
+            late.clone(),
+            queuing.clone(),
+            second_claim.clone(),
+            no_second.clone(),
+            plain.clone(),
+        );
+        move |sql: &str, at: Tap| -> Option<waymark_tests::fault_executor::Hook> {
+            if at == Tap::Before && sql == plain_sql && queuing.load(Ordering::SeqCst) {
+                // A claim's plain draw beside the held one: it went out.
+                second_claim.notify_one();
+                return None;
+            }
+            if at != Tap::After || sql != batch_sql || !armed.swap(false, Ordering::SeqCst) {
+                return None;
+            }
+            // The first claim has drawn for the batch handler: queue a
+            // batch task it cannot see, and hold the claim until the
+            // task's signal has sent another.
+            let (late, queuing, second_claim, no_second, submitter) =
+                (late.clone(), queuing.clone(), second_claim.clone(), no_second.clone(), submitter.clone());
+            Some(Box::pin(async move {
+                queuing.store(true, Ordering::SeqCst);
+                let task = submitter.submit(NewTask::new("b", json!({}))).await.expect("submit late");
+                *late.lock().expect("late") = Some(task.id);
+                let sent = tokio::time::timeout(Duration::from_secs(5), second_claim.notified()).await;
+                no_second.store(sent.is_err(), Ordering::SeqCst);
+            }))
+        }
+    };
+    let store = Arc::new(tapped(&plain, tap));
+    // The batch handler's calls end once the late task is claimed, so no
+    // freed slot sends a claim that would find it anyway.
+    let release = Arc::new(Semaphore::new(0));
+    let held = release.clone();
+    let worker = Worker::builder(store.clone())
+        // As many slots as a claim asks for at least (so the first takes
+        // them all), and room ahead once a call is known to take under 5 ms.
+        .concurrency(16)
+        // No poll comes to the rescue within the test's time.
+        .poll_interval(Duration::from_secs(60))
+        .task("p1", |_ctx, _p: serde_json::Value| async move { Ok(()) })
+        .task("p2", |_ctx, _p: serde_json::Value| async move { Ok(()) })
+        .batch_task("b", 2, move |items: Vec<waymark_worker::BatchItem<_, serde_json::Value>>| {
+            let held = held.clone();
+            async move {
+                let _ = tokio::time::timeout(Duration::from_secs(10), held.acquire()).await;
+                Ok(items.into_iter().map(|i| (i.ctx.id().to_owned(), ())).collect::<HashMap<_, _>>())
+            }
+        })
+        .build()
+        .expect("worker");
+    let handle = worker.handle();
+    let mut events = handle.events();
+    let run = tokio::spawn(worker.run());
+    // A plain call that ends tells the worker its calls are short, so it
+    // claims room ahead of its slots.
+    let warm = store.submit(NewTask::new("p1", json!({}))).await.expect("submit").id;
+    let done = store.wait(&warm, Duration::from_secs(20)).await.expect("the plain task ends");
+    assert_eq!(done.status, TaskStatus::Succeeded);
+    armed.store(true, Ordering::SeqCst);
+    let first = store.submit(NewTask::new("b", json!({}))).await.expect("submit").id;
+    // Both batch tasks claimed (the event may come before the late task's
+    // submit has answered, so it is told by its name).
+    let claimed_late = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut batch_claims = 0;
+        while batch_claims < 2 {
+            if let waymark_worker::WorkerEvent::Claimed { name, .. } = events.recv().await.expect("events") {
+                batch_claims += usize::from(name == "b");
+            }
+        }
+    })
+    .await;
+    release.add_permits(16);
+    assert!(!no_second.load(Ordering::SeqCst), "the late task's signal sent no second claim within 5 s");
+    assert!(claimed_late.is_ok(), "the late batch task waited for a poll");
+    let late = late.lock().expect("late").clone().expect("the late task was queued");
+    for id in [&first, &late] {
+        let done = store.wait(id, Duration::from_secs(20)).await.expect("the task ends");
+        assert_eq!(done.status, TaskStatus::Succeeded);
+    }
+    handle.shutdown();
+    run.await.expect("worker ends");
+    schema.drop().await;
+}

@@ -96,10 +96,10 @@ struct ClaimLoop<'a, E> {
     /// Set when a claim came back short: wait for a wakeup before the next.
     dry: bool,
     /// Wakeups so far (a signal, a poll, a retry due, a freed slot or unit
-    /// that ended a dry spell), and their count when the latest claim went
-    /// out: a claim that comes back short after a later wakeup does not
-    /// make the loop dry (its snapshot may predate the signal's row, or its
-    /// draw the freed unit).
+    /// that ended a dry spell), and their count when the latest claim that
+    /// draws from every source went out: a claim that comes back short
+    /// after a later wakeup does not make the loop dry (its snapshot may
+    /// predate the signal's row, or its draw the freed unit).
     wakeups: u64,
     wakeups_at_claim: u64,
     /// The most calls the next claim asks for (see [`ClaimLoop::ask`]).
@@ -192,10 +192,13 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                 // A call that ends frees a slot for a call claimed ahead;
                 // with limits, it may free what a draw lacked.
                 _ = shared.state.slot_freed.notified(), if refill || !self.ready.is_empty() => {
-                    if refill {
-                        self.dry = false;
+                    // It counts as a wakeup when it ends a dry spell or may
+                    // free what a limited draw lacked; a plain worker's
+                    // freed slot is no news to a claim under way.
+                    if refill && (self.dry || self.limited) {
                         self.wakeups += 1;
                     }
+                    self.dry &= !refill;
                 }
                 // A call claimed ahead may wait so long: then it goes back.
                 _ = sleep_until_some(stale_at), if stale_at.is_some() => {}
@@ -340,7 +343,6 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
 
     fn spawn_claim(&mut self, free: usize) {
         let free = self.ask(free);
-        self.wakeups_at_claim = self.wakeups;
         let probe = self.probe_due || self.last_probe.elapsed() >= self.shared.settings.poll_interval;
         if probe {
             (self.probe_due, self.last_probe) = (false, Instant::now());
@@ -349,6 +351,13 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         // The part of `free` that slots can take now; the rest is ahead.
         let taken = shared.running_count() + self.reserved_slots + self.ready.len();
         let plain = shared.settings.concurrency.saturating_sub(taken).min(free);
+        // A claim covers the wakeups so far only if it draws from every
+        // source: one with no free-slot part draws for the room ahead,
+        // which a limited draw (a batch) never takes, so a batch task's
+        // signal would be spent on a claim that cannot take it.
+        if plain > 0 || !self.limited {
+            self.wakeups_at_claim = self.wakeups;
+        }
         self.reserved += free;
         self.reserved_slots += plain;
         let handle = self
@@ -366,10 +375,14 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         // Short: no claim statement of the turn got all it asked for (a
         // batch draw never fills the room ahead, so calls against slots
         // would not tell). That means "nothing more is due" only if no
-        // wakeup came since the latest claim went out: else this one may
-        // have missed that signal's task, and no other claim covers it.
+        // wakeup came since the latest claim that covers them went out:
+        // else this one may have missed that signal's task, and no other
+        // claim covers it.
         let short = !out.full;
-        self.dry = out.error.is_some() || (short && self.wakeups == self.wakeups_at_claim);
+        // One with no free-slot part (see `spawn_claim`) covers no wakeup,
+        // but tried again it would find no more: dry until a slot frees.
+        let covered = self.wakeups == self.wakeups_at_claim || (for_slots == 0 && self.limited);
+        self.dry = out.error.is_some() || (short && covered);
         if out.error.is_none() {
             self.ask_limit =
                 if short { out.calls.len().saturating_mul(2).max(CLAIM_ASK_MIN) } else { usize::MAX };
