@@ -1,9 +1,11 @@
 -- params: results jsonb, ids text[], attempts int4[], worker_id text
 -- waymark addition: `complete` for many tasks of one worker in one
 -- statement. Each row is ownership-checked exactly as `complete` checks it,
--- and takes the same branch (a requested cancel wins); an id missing from the
--- rows returned lost its lease. Only id and status come back: the worker
--- needs no more, and a batch of whole rows costs both sides.
+-- and takes the same branch (a requested cancel wins). One row comes back,
+-- naming only the exceptions: `lost`, the ids that settled nothing (their
+-- lease was lost), and `canceled`, those a requested cancel settled; every
+-- other id succeeded. A row per task would cost both sides a row's output
+-- and decode, and the usual answer is two empty arrays.
 -- results is a JSON object from task id to that task's result, naming only
 -- the results that are not JSON null: a task it does not name succeeds with
 -- a JSON null result, as `complete` with a null result would (a batch of
@@ -24,30 +26,39 @@ with clock as (
 fences as (
     select f.id, coalesce(f.attempt, -1) as attempt
       from unnest(:ids, :attempts) as f(id, attempt)
+),
+settled as (
+    update cairnq_tasks as t
+       set status = case when t.cancel_requested_at_ms is null then 'succeeded' else 'canceled' end,
+           result = case
+                        when t.cancel_requested_at_ms is null then coalesce(:results -> t.id, 'null'::jsonb)
+                        else t.result
+                    end,
+           progress = case when t.cancel_requested_at_ms is null then 1.0 else t.progress end,
+           lease_until_ms = null,
+           completed_at_ms = clock.now_ms,
+           updated_at_ms = clock.now_ms
+      from clock
+     where t.id = any(array(
+               select id
+                 from cairnq_tasks
+                where id = any(:ids)
+                  and status = 'running'
+                  and worker_id = :worker_id
+                  and lease_until_ms > (select now_ms from clock)
+                  and (
+                      (id, attempt) in (select fences.id, fences.attempt from fences where fences.attempt >= 0)
+                      or id in (select fences.id from fences where fences.attempt < 0)
+                  )
+                order by id
+                  for update
+           ))
+    returning t.id, t.status
 )
-update cairnq_tasks as t
-   set status = case when t.cancel_requested_at_ms is null then 'succeeded' else 'canceled' end,
-       result = case
-                    when t.cancel_requested_at_ms is null then coalesce(:results -> t.id, 'null'::jsonb)
-                    else t.result
-                end,
-       progress = case when t.cancel_requested_at_ms is null then 1.0 else t.progress end,
-       lease_until_ms = null,
-       completed_at_ms = clock.now_ms,
-       updated_at_ms = clock.now_ms
-  from clock
- where t.id = any(array(
-           select id
-             from cairnq_tasks
-            where id = any(:ids)
-              and status = 'running'
-              and worker_id = :worker_id
-              and lease_until_ms > (select now_ms from clock)
-              and (
-                  (id, attempt) in (select fences.id, fences.attempt from fences where fences.attempt >= 0)
-                  or id in (select fences.id from fences where fences.attempt < 0)
-              )
-            order by id
-              for update
-       ))
-returning t.id, t.status
+select array(
+           select f.id
+             from fences f
+            where f.id is not null
+              and not exists (select 1 from settled s where s.id = f.id)
+       ) as lost,
+       array(select s.id from settled s where s.status = 'canceled') as canceled

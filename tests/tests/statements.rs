@@ -37,11 +37,16 @@ async fn complete_batch_without_attempts_fences_nothing() {
                 .zip(rewritten.names())
                 .map(|(&i, n)| (binds[i].1, waymark_pool::codec::pg_type(def.param(n).expect("declared").ty)))
                 .collect();
-            client.query_typed(rewritten.sql(), &params).await.expect("complete_batch").len()
+            let rows = client.query_typed(rewritten.sql(), &params).await.expect("complete_batch");
+            assert_eq!(rows.len(), 1, "complete_batch answers one row");
+            rows[0].get::<_, Vec<String>>("lost")
         }
     };
-    assert_eq!(settle(vec![ids[0].clone()], None).await, 1, "attempts NULL");
-    assert_eq!(settle(vec![ids[1].clone(), ids[2].clone()], Some(vec![1])).await, 2, "attempts short");
+    assert_eq!(settle(vec![ids[0].clone()], None).await, Vec::<String>::new(), "attempts NULL: none lost");
+    let short = settle(vec![ids[1].clone(), ids[2].clone()], Some(vec![1])).await;
+    assert_eq!(short, Vec::<String>::new(), "attempts short: none lost");
+    // Settled already: a second complete settles nothing and names it lost.
+    assert_eq!(settle(vec![ids[0].clone()], None).await, vec![ids[0].clone()], "a settled task is lost");
     for id in &ids {
         let task = store.fetch(id).await.expect("get");
         assert_eq!((task.status, task.result), (TaskStatus::Succeeded, Some(json!(null))), "{id}");

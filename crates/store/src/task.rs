@@ -379,6 +379,13 @@ pub(crate) fn text(row: &mut Row, col: &str) -> Result<String> {
     opt_text(row, col)?.ok_or_else(|| Error::Decode(format!("column {col}: unexpected null")))
 }
 
+pub(crate) fn text_array(row: &mut Row, col: &str) -> Result<Vec<String>> {
+    match take(row, col)? {
+        Value::TextArray(v) => Ok(v),
+        other => Err(wrong(col, "text[]", &other)),
+    }
+}
+
 pub(crate) fn opt_int8(row: &mut Row, col: &str) -> Result<Option<i64>> {
     match take(row, col)? {
         Value::Null => Ok(None),

@@ -344,7 +344,8 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
         Ok(Worker {
             shared: Arc::new(Shared {
                 store: self.store,
-                handlers: self.handlers,
+                // Looked up per task: a fast hash of the name.
+                handlers: self.handlers.into_iter().collect(),
                 planner,
                 on_error: self.on_error,
                 settings,

@@ -51,6 +51,11 @@ impl CancelReason {
     }
 }
 
+/// What a run holds of its call while it lasts (the call's slot and its
+/// units, each given back when its last holder lets go): two shared
+/// handles, so holding them costs no allocation per run.
+pub(crate) type CallHold = (Arc<dyn std::any::Any + Send + Sync>, Arc<dyn std::any::Any + Send + Sync>);
+
 /// The worker's record of one unsettled task, shared with its handler.
 #[derive(Debug)]
 pub(crate) struct Running {
@@ -77,7 +82,7 @@ pub(crate) struct Running {
     pending: std::sync::Mutex<Option<Settlement>>,
     /// The call this run belongs to, while it lasts: a blocking closure
     /// holds it (its slot and units) until the closure returns.
-    call: std::sync::Mutex<Option<Arc<dyn std::any::Any + Send + Sync>>>,
+    call: std::sync::Mutex<Option<CallHold>>,
     events: Events,
     /// The store's observer's view of this run, ended once (`observed`).
     scope: Observed,
@@ -266,7 +271,7 @@ impl Running {
 
     /// Ties this run to its call's slot and units (see `run::SlotHold` and
     /// `run::UnitsHold`), or unties it.
-    pub(crate) fn hold_call(&self, call: Option<Arc<dyn std::any::Any + Send + Sync>>) {
+    pub(crate) fn hold_call(&self, call: Option<CallHold>) {
         *self.call.lock().unwrap_or_else(|p| p.into_inner()) = call;
     }
 
@@ -323,7 +328,7 @@ impl Drop for HandBack<'_> {
 #[derive(Debug)]
 pub(crate) struct BlockingGuard {
     running: Arc<Running>,
-    _call: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    _call: Option<CallHold>,
 }
 
 impl BlockingGuard {

@@ -44,7 +44,9 @@ impl Source {
 /// and the units it holds until it ends.
 #[derive(Debug)]
 pub(crate) struct Call {
-    pub(crate) tasks: Vec<Task>,
+    /// Shared from here on: the run, its context and its settlement hold
+    /// the one copy.
+    pub(crate) tasks: Vec<Arc<Task>>,
     pub(crate) units: Units,
     /// Drawn ahead of a free slot.
     pub(crate) ahead: bool,
@@ -140,7 +142,7 @@ impl Planner {
                     drawn.full |= i64::try_from(tasks.len()).unwrap_or(i64::MAX) >= limit;
                     let mut tasks = tasks.into_iter().peekable();
                     while tasks.peek().is_some() {
-                        let call: Vec<Task> = tasks.by_ref().take(src.batch).collect();
+                        let call: Vec<Arc<Task>> = tasks.by_ref().take(src.batch).map(Arc::new).collect();
                         let ahead = left == 0;
                         drawn.calls.push(Call { tasks: call, units: units.take_one(), ahead });
                         if ahead {

@@ -29,7 +29,7 @@ pub(crate) const STOP_GRACE: Duration = Duration::from_millis(500);
 /// A claimed call, registered (its tasks in the running map, so their
 /// leases are renewed and a cancel reaches them) and waiting for a slot.
 pub(crate) struct Registered {
-    tasks: Vec<Task>,
+    tasks: Vec<Arc<Task>>,
     units: Units,
     running: Vec<Arc<Running>>,
     /// Claimed ahead of a free slot.
@@ -132,14 +132,12 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
     // runtime shuts down, which drops the future), the slot comes free.
     let place = SlotHold::new(shared);
     let units = UnitsHold::new(shared, units);
-    let both: Arc<dyn std::any::Any + Send + Sync> = Arc::new((place.clone(), units.clone()));
     for run in &running {
-        run.hold_call(Some(both.clone()));
+        run.hold_call(Some((place.clone(), units.clone())));
     }
-    drop(both);
     let slot = Slot {
         shared: shared.clone(),
-        running: running.clone(),
+        running,
         place: Mutex::new(Some(place)),
         _units: units,
         started: Instant::now(),
@@ -147,15 +145,15 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
     let is_batch = batch.is_some();
     let shared = shared.clone();
     let settler = settler.clone();
-    let tasks: Vec<Arc<Task>> = tasks.into_iter().map(Arc::new).collect();
     runs.spawn(async move {
         let slot = slot;
+        let running = &slot.running;
         let body = async {
             match batch {
                 // Boxed: a batch's state would widen every one-task run's
                 // future (see `supervise`); it costs one allocation per batch.
                 Some(handler) => {
-                    Box::pin(run_batch(&shared, &settler, handler, &tasks, &running, &slot)).await
+                    Box::pin(run_batch(&shared, &settler, handler, &tasks, running, &slot)).await
                 }
                 None => {
                     let (task, run) = (&tasks[0], &running[0]);

@@ -1,7 +1,6 @@
 //! The worker: a claim loop, a heartbeat loop, one spawned run per task,
 //! settlement once per task, and graceful shutdown.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -52,7 +51,7 @@ pub(crate) struct Settings {
 pub(crate) struct State {
     /// Unsettled tasks by id: what the heartbeat renews. Past the shutdown
     /// grace, shutdown alone takes entries out.
-    pub(crate) running: Mutex<HashMap<Arc<str>, Arc<Running>>>,
+    pub(crate) running: Mutex<foldhash::HashMap<Arc<str>, Arc<Running>>>,
     /// Calls whose handlers have not ended (each holds a slot). Counted
     /// apart from `running`: a task re-claimed while our earlier run of it
     /// is still in its handler holds two slots, one entry.
@@ -115,7 +114,7 @@ impl CallTime {
 /// settings, and its state.
 pub(crate) struct Shared<E> {
     pub(crate) store: Arc<Store<E>>,
-    pub(crate) handlers: HashMap<String, Registration<E>>,
+    pub(crate) handlers: foldhash::HashMap<String, Registration<E>>,
     pub(crate) planner: Planner,
     pub(crate) on_error: ErrorHook,
     pub(crate) settings: Settings,

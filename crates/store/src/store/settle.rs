@@ -1,6 +1,6 @@
 //! Settlement: complete, fail and release, one by one or in a batch.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde_json::Value as Json;
 use waymark_protocol::Statement;
@@ -11,8 +11,8 @@ use crate::executor::{Lane, PgExecutor, PgSession};
 use crate::lease::Lease;
 use crate::observe;
 use crate::options::{millis, Failure};
-use crate::statements::{run, Binds};
-use crate::task::{status, text, Settled, Task};
+use crate::statements::{run, run_opt, Binds};
+use crate::task::{text_array, Settled, Task, TaskStatus};
 use crate::value::Value;
 
 impl<E: PgExecutor> Store<E> {
@@ -200,14 +200,22 @@ async fn settle_all<S: PgSession + ?Sized>(
     for (&worker_id, members) in &plan.completes {
         // The first settlement of an id is the one that counts; a later one
         // finds its row taken by the first and answers a lost lease.
-        let mut first: HashMap<&str, usize> = HashMap::with_capacity(members.len());
+        let mut first: foldhash::HashMap<&str, usize> =
+            foldhash::HashMap::with_capacity_and_hasher(members.len(), Default::default());
         let mut results = serde_json::Map::new();
         let mut ids = Vec::with_capacity(members.len());
         let mut attempts = Vec::with_capacity(members.len());
+        let lost_lease = |i: usize| Error::LostLease {
+            task_id: items[i].task_id().to_owned(),
+            worker_id: worker_id.to_owned(),
+        };
         for &i in members {
             let Settlement::Complete { lease, result } = &items[i] else { unreachable!("grouped completes") };
             let id = lease.task_id();
-            let std::collections::hash_map::Entry::Vacant(entry) = first.entry(id) else { continue };
+            let std::collections::hash_map::Entry::Vacant(entry) = first.entry(id) else {
+                outcomes[i] = Some(Err(lost_lease(i)));
+                continue;
+            };
             entry.insert(i);
             if !result.is_null() {
                 results.insert(id.to_owned(), result.clone());
@@ -221,20 +229,26 @@ async fn settle_all<S: PgSession + ?Sized>(
             ("attempts", Value::Int4Array(attempts)),
             ("worker_id", worker_id.into()),
         ];
-        for mut row in run(s, Statement::CompleteBatch, binds).await? {
-            let id = text(&mut row, "id")?;
-            let status = status(&mut row, "status")?;
+        // One row, naming the exceptions: every other id succeeded.
+        let mut row = run_opt(s, Statement::CompleteBatch, binds)
+            .await?
+            .ok_or_else(|| Error::Decode("complete_batch answered no row".to_owned()))?;
+        let lost = text_array(&mut row, "lost")?;
+        let canceled = text_array(&mut row, "canceled")?;
+        for id in &lost {
             if let Some(&i) = first.get(id.as_str()) {
-                outcomes[i] = Some(Ok(Settled { id, status }));
+                outcomes[i] = Some(Err(lost_lease(i)));
+            }
+        }
+        for id in canceled {
+            if let Some(&i) = first.get(id.as_str()) {
+                outcomes[i] = Some(Ok(Settled { id, status: TaskStatus::Canceled }));
             }
         }
         for &i in members {
-            if outcomes[i].is_none() {
-                outcomes[i] = Some(Err(Error::LostLease {
-                    task_id: items[i].task_id().to_owned(),
-                    worker_id: worker_id.to_owned(),
-                }));
-            }
+            outcomes[i].get_or_insert_with(|| {
+                Ok(Settled { id: items[i].task_id().to_owned(), status: TaskStatus::Succeeded })
+            });
         }
     }
     for (i, item) in items.iter().enumerate() {
