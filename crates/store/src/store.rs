@@ -245,12 +245,5 @@ async fn task_opt<S: PgSession + ?Sized>(s: &mut S, stmt: Statement, binds: Bind
 }
 
 async fn tasks<S: PgSession + ?Sized>(s: &mut S, stmt: Statement, binds: Binds) -> Result<Vec<Task>> {
-    let rows = run(s, stmt, binds).await?;
-    // Pushed into a vector sized once: a claim's hundreds of tasks would
-    // otherwise move each time it grew.
-    let mut tasks = Vec::with_capacity(rows.len());
-    for row in rows {
-        tasks.push(Task::from_row(row)?);
-    }
-    Ok(tasks)
+    Task::from_rows(run(s, stmt, binds).await?)
 }

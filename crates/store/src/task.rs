@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
@@ -170,15 +171,41 @@ impl Task {
     /// column of the wrong type or missing still fails: that is a broken
     /// executor or schema, not one task's data.
     pub(crate) fn from_row(mut row: Row) -> Result<Task> {
-        let r = &mut row;
+        Task::from_cells(&mut row)
+    }
+
+    /// The tasks of a result's rows. The rows of one result share their
+    /// names: when those are the task table's columns in its order (a claim,
+    /// a read of whole rows), the cells are taken by position, with no
+    /// lookup by name per cell.
+    pub(crate) fn from_rows(rows: Vec<Row>) -> Result<Vec<Task>> {
+        // Sized once: a claim's hundreds of tasks would otherwise move each
+        // time the vector grew.
+        let mut tasks = Vec::with_capacity(rows.len());
+        let mut in_order: Option<Arc<[String]>> = None;
+        for mut row in rows {
+            let known = in_order.as_ref().is_some_and(|names| row.shares_names(names));
+            if known || row.named(&TASK_COLUMNS) {
+                if !known {
+                    in_order = Some(row.names().clone());
+                }
+                tasks.push(Task::from_cells(&mut InOrder(row.into_values().into_iter(), 0))?);
+            } else {
+                tasks.push(Task::from_cells(&mut row)?);
+            }
+        }
+        Ok(tasks)
+    }
+
+    fn from_cells(r: &mut impl Cells) -> Result<Task> {
         let mut unreadable = Vec::new();
-        let mut lenient = |r: &mut Row, col: &str| -> Result<Option<Json>> {
+        let mut lenient = |r: &mut _, col: &str| -> Result<Option<Json>> {
             Ok(json_cell(r, col)?.unwrap_or_else(|reason| {
                 unreadable.push(Unreadable { column: col.to_owned(), reason });
                 None
             }))
         };
-        // In the table's column order (see `Row::take`).
+        // In the table's column order (`TASK_COLUMNS`; see `Row::take`).
         Ok(Task {
             id: text(r, "id")?,
             name: text(r, "name")?,
@@ -207,6 +234,34 @@ impl Task {
         })
     }
 }
+
+/// The task table's columns in its order (`cairnq_tasks`, migration 0001),
+/// as `Task::from_cells` takes them.
+const TASK_COLUMNS: [&str; 23] = [
+    "id",
+    "name",
+    "queue",
+    "status",
+    "payload",
+    "result",
+    "error",
+    "metadata",
+    "progress",
+    "message",
+    "attempt",
+    "max_attempts",
+    "priority",
+    "worker_id",
+    "lease_until_ms",
+    "run_at_ms",
+    "cancel_requested_at_ms",
+    "parent_id",
+    "root_id",
+    "correlation_id",
+    "created_at_ms",
+    "updated_at_ms",
+    "completed_at_ms",
+];
 
 /// The wait probe's answer: a task's id and status only.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -359,15 +414,39 @@ impl ErrorEnvelope {
 
 // Column decoders. Each names the column it failed on.
 
-fn take(row: &mut Row, col: &str) -> Result<Value> {
-    row.take(col).ok_or_else(|| Error::Decode(format!("column {col}: missing from the row")))
+/// Where the decoders take a row's cells from: a [`Row`], by name, or the
+/// cells of a row known to hold `TASK_COLUMNS`, in order.
+pub(crate) trait Cells {
+    /// Takes `col`'s cell.
+    fn cell(&mut self, col: &str) -> Option<Value>;
+}
+
+impl Cells for Row {
+    fn cell(&mut self, col: &str) -> Option<Value> {
+        self.take(col)
+    }
+}
+
+/// A row's cells in `TASK_COLUMNS` order, and how many were taken.
+struct InOrder(std::vec::IntoIter<Value>, usize);
+
+impl Cells for InOrder {
+    fn cell(&mut self, col: &str) -> Option<Value> {
+        debug_assert_eq!(TASK_COLUMNS.get(self.1).copied(), Some(col), "taken out of the table's order");
+        self.1 += 1;
+        self.0.next()
+    }
+}
+
+fn take(row: &mut impl Cells, col: &str) -> Result<Value> {
+    row.cell(col).ok_or_else(|| Error::Decode(format!("column {col}: missing from the row")))
 }
 
 fn wrong(col: &str, want: &str, got: &Value) -> Error {
     Error::Decode(format!("column {col}: expected {want}, got {}", got.kind()))
 }
 
-pub(crate) fn opt_text(row: &mut Row, col: &str) -> Result<Option<String>> {
+pub(crate) fn opt_text(row: &mut impl Cells, col: &str) -> Result<Option<String>> {
     match take(row, col)? {
         Value::Null => Ok(None),
         Value::Text(s) => Ok(Some(s)),
@@ -375,18 +454,18 @@ pub(crate) fn opt_text(row: &mut Row, col: &str) -> Result<Option<String>> {
     }
 }
 
-pub(crate) fn text(row: &mut Row, col: &str) -> Result<String> {
+pub(crate) fn text(row: &mut impl Cells, col: &str) -> Result<String> {
     opt_text(row, col)?.ok_or_else(|| Error::Decode(format!("column {col}: unexpected null")))
 }
 
-pub(crate) fn text_array(row: &mut Row, col: &str) -> Result<Vec<String>> {
+pub(crate) fn text_array(row: &mut impl Cells, col: &str) -> Result<Vec<String>> {
     match take(row, col)? {
         Value::TextArray(v) => Ok(v),
         other => Err(wrong(col, "text[]", &other)),
     }
 }
 
-pub(crate) fn opt_int8(row: &mut Row, col: &str) -> Result<Option<i64>> {
+pub(crate) fn opt_int8(row: &mut impl Cells, col: &str) -> Result<Option<i64>> {
     match take(row, col)? {
         Value::Null => Ok(None),
         Value::Int8(n) => Ok(Some(n)),
@@ -395,16 +474,16 @@ pub(crate) fn opt_int8(row: &mut Row, col: &str) -> Result<Option<i64>> {
     }
 }
 
-pub(crate) fn int8(row: &mut Row, col: &str) -> Result<i64> {
+pub(crate) fn int8(row: &mut impl Cells, col: &str) -> Result<i64> {
     opt_int8(row, col)?.ok_or_else(|| Error::Decode(format!("column {col}: unexpected null")))
 }
 
-fn int4(row: &mut Row, col: &str) -> Result<i32> {
+fn int4(row: &mut impl Cells, col: &str) -> Result<i32> {
     let n = int8(row, col)?;
     i32::try_from(n).map_err(|_| Error::Decode(format!("column {col}: {n} does not fit int4")))
 }
 
-fn opt_f64(row: &mut Row, col: &str) -> Result<Option<f64>> {
+fn opt_f64(row: &mut impl Cells, col: &str) -> Result<Option<f64>> {
     match take(row, col)? {
         Value::Null => Ok(None),
         Value::Float8(f) => Ok(Some(f)),
@@ -413,7 +492,7 @@ fn opt_f64(row: &mut Row, col: &str) -> Result<Option<f64>> {
     }
 }
 
-pub(crate) fn opt_bool(row: &mut Row, col: &str) -> Result<Option<bool>> {
+pub(crate) fn opt_bool(row: &mut impl Cells, col: &str) -> Result<Option<bool>> {
     match take(row, col)? {
         Value::Null => Ok(None),
         Value::Bool(b) => Ok(Some(b)),
@@ -423,7 +502,7 @@ pub(crate) fn opt_bool(row: &mut Row, col: &str) -> Result<Option<bool>> {
 
 /// A JSON column: the outer error is a broken row (missing, wrong type);
 /// the inner one is JSON text serde_json cannot hold, with the reason.
-fn json_cell(row: &mut Row, col: &str) -> Result<std::result::Result<Option<Json>, String>> {
+fn json_cell(row: &mut impl Cells, col: &str) -> Result<std::result::Result<Option<Json>, String>> {
     match take(row, col)? {
         Value::Null => Ok(Ok(None)),
         Value::Jsonb(j) => Ok(Ok(Some(j))),
@@ -436,7 +515,59 @@ fn json_cell(row: &mut Row, col: &str) -> Result<std::result::Result<Option<Json
     }
 }
 
-pub(crate) fn status(row: &mut Row, col: &str) -> Result<TaskStatus> {
+pub(crate) fn status(row: &mut impl Cells, col: &str) -> Result<TaskStatus> {
     let s = text(row, col)?;
     s.parse().map_err(|_| Error::Decode(format!("column {col}: unknown status {s:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `TASK_COLUMNS` is the table's own order: else no claim would take
+    /// the positional path (it would fall back to names, slower but right).
+    #[test]
+    fn task_columns_are_the_tables_in_order() {
+        let init = waymark_protocol::migrations()[0].sql;
+        let body = init.split("create table if not exists cairnq_tasks (").nth(1).expect("the task table");
+        let body = body.split("\n);").next().expect("its end");
+        // A column's line starts with its name; a continuation (a check)
+        // is indented further.
+        let columns: Vec<&str> = body
+            .lines()
+            .filter(|l| l.starts_with("    ") && !l.starts_with("     "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(columns, TASK_COLUMNS);
+    }
+
+    #[test]
+    fn rows_in_the_tables_order_decode_by_position_and_others_by_name() {
+        let names: Arc<[String]> = TASK_COLUMNS.iter().map(|n| (*n).to_owned()).collect();
+        let cells = |id: &str| -> Vec<Value> {
+            TASK_COLUMNS
+                .iter()
+                .map(|c| match *c {
+                    "id" | "root_id" => Value::from(id),
+                    "name" => Value::from("n"),
+                    "queue" => Value::from("q"),
+                    "status" => Value::from("running"),
+                    "payload" | "metadata" => Value::Jsonb(Json::Object(Default::default())),
+                    "attempt" | "max_attempts" | "priority" => Value::Int4(1),
+                    "run_at_ms" | "created_at_ms" | "updated_at_ms" => Value::Int8(5),
+                    _ => Value::Null,
+                })
+                .collect()
+        };
+        let rows = vec![Row::with_names(names.clone(), cells("a")), Row::with_names(names, cells("b"))];
+        let tasks = Task::from_rows(rows).expect("decode");
+        assert_eq!(tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!((tasks[1].root_id.as_deref(), tasks[1].attempt, tasks[1].run_at_ms), (Some("b"), 1, 5));
+        // Another order (a thin adapter's `select` of its own) goes by name.
+        let mut reversed: Vec<(String, Value)> =
+            TASK_COLUMNS.iter().map(|n| (*n).to_owned()).zip(cells("c")).collect();
+        reversed.reverse();
+        let tasks = Task::from_rows(vec![Row::new(reversed)]).expect("decode by name");
+        assert_eq!((tasks[0].id.as_str(), tasks[0].status), ("c", TaskStatus::Running));
+    }
 }

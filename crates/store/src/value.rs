@@ -178,6 +178,27 @@ impl Row {
         self.names.iter().map(String::as_str).zip(&self.values)
     }
 
+    /// The column names, shared by the rows of one result.
+    pub(crate) fn names(&self) -> &Arc<[String]> {
+        &self.names
+    }
+
+    /// Whether this row's names are `names` itself (the same list, shared),
+    /// not only equal to it.
+    pub(crate) fn shares_names(&self, names: &Arc<[String]>) -> bool {
+        Arc::ptr_eq(&self.names, names)
+    }
+
+    /// Whether the row's columns are exactly `names`, in order.
+    pub(crate) fn named(&self, names: &[&str]) -> bool {
+        self.values.len() == names.len() && self.names.len() == names.len() && self.names.iter().eq(names)
+    }
+
+    /// The values, in the columns' order.
+    pub(crate) fn into_values(self) -> Vec<Value> {
+        self.values
+    }
+
     /// Takes `column` out of the row, leaving `Null` behind.
     pub fn take(&mut self, column: &str) -> Option<Value> {
         let next = self.next;

@@ -110,7 +110,10 @@ async fn batch_loop<E: PgExecutor + 'static>(
                 }
             }
         };
-        let mut batch = vec![first];
+        // Sized once (up to a bound): a batch of hundreds would otherwise
+        // move each time it grew.
+        let mut batch = Vec::with_capacity(max_batch.min(1024));
+        batch.push(first);
         let deadline = tokio::time::Instant::now() + window;
         while batch.len() < max_batch {
             match tokio::time::timeout_at(deadline, rx.recv()).await {
