@@ -219,6 +219,10 @@ impl<'a> FromSql<'a> for JsonCell {
         } else {
             raw
         };
+        // The empty object (every task's metadata by default) needs no parse.
+        if text == b"{}" {
+            return Ok(JsonCell(Value::Jsonb(serde_json::Value::Object(Default::default()))));
+        }
         Ok(JsonCell(match serde_json::from_slice(text) {
             Ok(json) => Value::Jsonb(json),
             Err(_) => Value::Text(String::from_utf8_lossy(text).into_owned()),
