@@ -2,7 +2,7 @@
 //! [`Hooked`] runs a hook once, just before its `nth` run of one statement
 //! (how a test lands a write between two reads, or makes one call panic,
 //! where no timing could put it); [`Tapped`] asks a tap before and after
-//! every statement. Every other call goes to the real executor untouched.
+//! every statement outside a transaction. Every other call goes to the real executor untouched.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -127,7 +127,8 @@ pub enum Tap {
 type TapFn = dyn Fn(&str, Tap) -> Option<Hook> + Send + Sync;
 
 /// An executor that asks a tap, just before and just after each statement
-/// it runs, for something to await there: how a test holds one claim
+/// it runs outside a transaction (those of `begin` go untapped), for
+/// something to await there: how a test holds one claim
 /// between its statements while the worker sends another, whatever order
 /// the claim's statements come in. Everything else is the wrapped
 /// executor's, listening too.

@@ -668,6 +668,8 @@ async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a
     let queuing = Arc::new(AtomicBool::new(false));
     let second_claim = Arc::new(Notify::new());
     let no_second = Arc::new(AtomicBool::new(false));
+    // Plain draws answered so far.
+    let (plain_answered, mut plain_answers) = tokio::sync::watch::channel(0_usize);
     let tap = {
         let (armed, late, queuing, second_claim, no_second, submitter) = (
             armed.clone(),
@@ -678,6 +680,9 @@ async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a
             plain.clone(),
         );
         move |sql: &str, at: Tap| -> Option<waymark_tests::fault_executor::Hook> {
+            if at == Tap::After && sql == plain_sql {
+                plain_answered.send_modify(|n| *n += 1);
+            }
             if at == Tap::Before && sql == plain_sql && queuing.load(Ordering::SeqCst) {
                 // A claim's plain draw beside the held one: it went out.
                 second_claim.notify_one();
@@ -725,11 +730,34 @@ async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a
     let handle = worker.handle();
     let mut events = handle.events();
     let run = tokio::spawn(worker.run());
-    // A plain call that ends tells the worker its calls are short, so it
-    // claims room ahead of its slots.
-    let warm = store.submit(NewTask::new("p1", json!({}))).await.expect("submit").id;
-    let done = store.wait(&warm, Duration::from_secs(20)).await.expect("the plain task ends");
-    assert_eq!(done.status, TaskStatus::Succeeded);
+    // Plain calls that end tell the worker its calls are short (an average
+    // under 5 ms, a new call weighing an eighth), so it claims room ahead
+    // of its slots.
+    let warm =
+        store.submit_batch((0..8).map(|i| NewTask::new("p1", json!({ "i": i })))).await.expect("submit");
+    let mut unsettled: std::collections::HashSet<&str> = warm.iter().map(String::as_str).collect();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while !unsettled.is_empty() {
+            if let waymark_worker::WorkerEvent::Settled { task_id, .. } = events.recv().await.expect("events")
+            {
+                unsettled.remove(task_id.as_str());
+            }
+        }
+    })
+    .await
+    .expect("the plain tasks settle within 20 s");
+    // Each ended call frees its slot and units just after its settlement,
+    // and the claim that wakes must come and go before the test arms:
+    // else its wakeup, kept for later, would claim the late task whatever
+    // the fix.
+    plain_answers.borrow_and_update();
+    tokio::time::timeout(Duration::from_secs(20), plain_answers.changed())
+        .await
+        .expect("a claim after the plain tasks' ends within 20 s")
+        .expect("the tap lives");
+    for id in &warm {
+        assert_eq!(store.fetch(id).await.expect("fetch").status, TaskStatus::Succeeded);
+    }
     armed.store(true, Ordering::SeqCst);
     let first = store.submit(NewTask::new("b", json!({}))).await.expect("submit").id;
     // Both batch tasks claimed (the event may come before the late task's

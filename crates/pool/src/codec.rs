@@ -138,7 +138,9 @@ fn decode_values(row: &tokio_postgres::Row) -> Result<Vec<Value>, ExecError> {
             .try_get::<_, Option<Raw<'_>>>(i)
             .map_err(|e| e.into())
             .and_then(|raw| raw.map_or(Ok(Value::Null), |Raw(raw)| decode_cell(type_oid, ty, raw)))
-            .map_err(|e| ExecError::new(ExecErrorKind::Query, format!("decoding column {}: {e}", col.name())))?;
+            .map_err(|e| {
+                ExecError::new(ExecErrorKind::Query, format!("decoding column {}: {e}", col.name()))
+            })?;
         values.push(value);
     }
     Ok(values)

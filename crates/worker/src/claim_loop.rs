@@ -84,9 +84,8 @@ struct ClaimLoop<'a, E> {
     /// Claims under way, and the slots each asked for (by task id, so that
     /// a claim task that panicked still gives its slots back).
     claims: JoinSet<Drawn>,
-    /// Per claim under way: the calls it asked for, how many of them for
-    /// free slots (the rest ahead of one), and whether it was to probe.
-    asked: HashMap<tokio::task::Id, (usize, usize, bool)>,
+    /// Per claim under way: what it asked for (see [`Asked`]).
+    asked: HashMap<tokio::task::Id, Asked>,
     /// Calls asked for by the claims under way, and how many of them for
     /// free slots: a claim's part for slots is what the slots leave after
     /// the claims under way took theirs, not their room ahead too (only a
@@ -96,12 +95,16 @@ struct ClaimLoop<'a, E> {
     /// Set when a claim came back short: wait for a wakeup before the next.
     dry: bool,
     /// Wakeups so far (a signal, a poll, a retry due, a freed slot or unit
-    /// that ended a dry spell), and their count when the latest claim that
-    /// draws from every source went out: a claim that comes back short
-    /// after a later wakeup does not make the loop dry (its snapshot may
-    /// predate the signal's row, or its draw the freed unit).
+    /// that ended a dry spell); their count when the latest claim went out,
+    /// which a wakeup since makes worth a claim beside it; and their count
+    /// when the latest claim that draws from every source went out (one
+    /// with a part for free slots, or any in a worker without limited
+    /// draws): a claim that comes back short after a later wakeup does not
+    /// make the loop dry (its snapshot may predate the signal's row, or its
+    /// draw the freed unit), and one with a part for free slots goes out.
     wakeups: u64,
     wakeups_at_claim: u64,
+    wakeups_covered: u64,
     /// The most calls the next claim asks for (see [`ClaimLoop::ask`]).
     ask_limit: usize,
     /// Whether draws are bounded by resources, handler limits or batches
@@ -143,6 +146,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
             dry: false,
             wakeups: 0,
             wakeups_at_claim: 0,
+            wakeups_covered: 0,
             ask_limit: CLAIM_ASK_MIN,
             limited: shared.planner.limited(),
             probe_due: true,
@@ -337,8 +341,21 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
     /// after a wakeup since it went out (its snapshot may miss a signal's
     /// task). Else it would race the first for the same rows, and skip the
     /// probe the first one ran.
+    /// A claim with no part for free slots draws for the room ahead only,
+    /// which a limited draw (a batch) never takes: a wakeup it did not
+    /// cover sends one with such a part as soon as slots allow.
     fn worth_another(&self) -> bool {
-        self.claims.is_empty() || self.ask_limit == usize::MAX || self.wakeups != self.wakeups_at_claim
+        self.claims.is_empty()
+            || self.ask_limit == usize::MAX
+            || self.wakeups != self.wakeups_at_claim
+            || (self.wakeups != self.wakeups_covered && self.slots_part() > 0)
+    }
+
+    /// The free slots not yet asked for by a claim under way nor held by a
+    /// call claimed ahead: what the next claim may draw for slots.
+    fn slots_part(&self) -> usize {
+        let taken = self.shared.running_count() + self.reserved_slots + self.ready.len();
+        self.shared.settings.concurrency.saturating_sub(taken)
     }
 
     fn spawn_claim(&mut self, free: usize) {
@@ -349,29 +366,29 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         }
         let shared = self.shared.clone();
         // The part of `free` that slots can take now; the rest is ahead.
-        let taken = shared.running_count() + self.reserved_slots + self.ready.len();
-        let plain = shared.settings.concurrency.saturating_sub(taken).min(free);
+        let plain = self.slots_part().min(free);
         // A claim covers the wakeups so far only if it draws from every
         // source: one with no free-slot part draws for the room ahead,
         // which a limited draw (a batch) never takes, so a batch task's
         // signal would be spent on a claim that cannot take it.
+        self.wakeups_at_claim = self.wakeups;
         if plain > 0 || !self.limited {
-            self.wakeups_at_claim = self.wakeups;
+            self.wakeups_covered = self.wakeups;
         }
         self.reserved += free;
         self.reserved_slots += plain;
         let handle = self
             .claims
             .spawn(async move { shared.planner.draw(&shared.store, plain, free - plain, probe).await });
-        self.asked.insert(handle.id(), (free, plain, probe));
+        self.asked.insert(handle.id(), Asked { calls: free, for_slots: plain, probe, wakeups: self.wakeups });
     }
 
     /// A claim came back: its slots are no longer reserved, a short answer
     /// means dry, a failure schedules a retry; what it claimed starts.
     fn claimed(&mut self, id: tokio::task::Id, out: Drawn, runs: &mut JoinSet<()>) {
-        let (slots, for_slots, asked_probe) = self.asked.remove(&id).unwrap_or((0, 0, false));
-        self.reserved -= slots;
-        self.reserved_slots -= for_slots;
+        let asked = self.asked.remove(&id).unwrap_or_default();
+        self.reserved -= asked.calls;
+        self.reserved_slots -= asked.for_slots;
         // Short: no claim statement of the turn got all it asked for (a
         // batch draw never fills the room ahead, so calls against slots
         // would not tell). That means "nothing more is due" only if no
@@ -380,8 +397,11 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         // claim covers it.
         let short = !out.full;
         // One with no free-slot part (see `spawn_claim`) covers no wakeup,
-        // but tried again it would find no more: dry until a slot frees.
-        let covered = self.wakeups == self.wakeups_at_claim || (for_slots == 0 && self.limited);
+        // but sent again at once it would find no more: short with no
+        // wakeup since it went out, it makes the loop dry until a slot or
+        // unit frees.
+        let covered = self.wakeups == self.wakeups_covered
+            || (asked.for_slots == 0 && self.limited && self.wakeups == asked.wakeups);
         self.dry = out.error.is_some() || (short && covered);
         if out.error.is_none() {
             self.ask_limit =
@@ -390,7 +410,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         // A failed claim may have been the one that probed, and a turn
         // whose draws were all at capacity probed nothing: the next one
         // probes (and so recovers leases) instead.
-        self.probe_due |= out.error.is_some() || (asked_probe && !out.probed);
+        self.probe_due |= out.error.is_some() || (asked.probe && !out.probed);
         if out.error.as_ref().is_some_and(Error::is_store_closed) {
             // Nothing more can be claimed or settled: stop, and report it.
             // (Close the worker before its store: its runs' tasks now come
@@ -448,6 +468,17 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
             start_call(self.shared, self.settler, runs, call);
         }
     }
+}
+
+/// What a claim under way asked for: its calls, how many of them for free
+/// slots (the rest ahead of one), whether it was to probe, and the wakeups
+/// counted when it went out.
+#[derive(Debug, Default, Clone, Copy)]
+struct Asked {
+    calls: usize,
+    for_slots: usize,
+    probe: bool,
+    wakeups: u64,
 }
 
 async fn sleep_until_some(at: Option<tokio::time::Instant>) {

@@ -112,7 +112,8 @@ impl Planner {
         probe: bool,
     ) -> Drawn {
         // At most a call per slot asked for, sized once (up to a bound).
-        let mut drawn = Drawn { calls: Vec::with_capacity(free.saturating_add(ahead).min(4096)), ..Drawn::default() };
+        let mut drawn =
+            Drawn { calls: Vec::with_capacity(free.saturating_add(ahead).min(4096)), ..Drawn::default() };
         let n = self.sources.len();
         let start = self.cursor.fetch_add(1, Ordering::Relaxed) % n.max(1);
         let (mut left, mut left_ahead) = (free, ahead);

@@ -74,8 +74,10 @@ impl<E: PgExecutor> Store<E> {
 
     /// Settles several owned tasks with one commit for all: each settlement
     /// is still ownership-checked and answered on its own (a lost lease
-    /// fails only that one). `Err` means the commit failed and none of them
-    /// is known to have committed.
+    /// fails only that one). `Err` means the batch failed as a whole: it did
+    /// not commit, or its answer was lost or unreadable, so none of them is
+    /// known to have committed (a settlement made again then finds its task
+    /// settled and answers a lost lease; the rows are right either way).
     ///
     /// The completes of each worker go in one `complete_batch` statement;
     /// failures and snoozes run one statement each. When that makes one statement (the
