@@ -4,8 +4,9 @@
 -- and takes the same branch (a requested cancel wins). One row comes back,
 -- naming only the exceptions: `lost`, the ids that settled nothing (their
 -- lease was lost), and `canceled`, those a requested cancel settled; every
--- other id of `ids` (a NULL one names no task) succeeded. A row per task would cost both sides a row's output
--- and decode, and the usual answer is two empty arrays.
+-- other id of `ids` (a NULL one names no task) succeeded. A row per task
+-- would cost both sides a row's output and decode, and the usual answer is
+-- two empty arrays.
 -- results is a JSON object from task id to that task's result, naming only
 -- the results that are not JSON null: a task it does not name succeeds with
 -- a JSON null result, as `complete` with a null result would (a batch of

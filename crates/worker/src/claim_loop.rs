@@ -180,7 +180,10 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                 self.spawn_claim(free);
                 continue;
             }
-            let slots_full = self.free_slots() == 0;
+            // Read twice (a handler on another thread may end between the
+            // reads): full by either, it listens for a freed slot, or a slot
+            // freed in between would be heard by no one.
+            let slots_full = free == 0 || self.free_slots() == 0;
             // A freed slot or unit is a reason to claim again.
             let refill = slots_full || (self.limited && self.dry);
             let stale_at = self.stale_at();
