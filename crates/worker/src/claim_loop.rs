@@ -95,13 +95,13 @@ struct ClaimLoop<'a, E> {
     /// Set when a claim came back short: wait for a wakeup before the next.
     dry: bool,
     /// Wakeups so far (a signal, a poll, a retry due, a freed slot or unit
-    /// that ended a dry spell); their count when the latest claim went out,
-    /// which a wakeup since makes worth a claim beside it; and their count
-    /// when the latest claim that draws from every source went out (one
-    /// with a part for free slots, or any in a worker without limited
-    /// draws): a claim that comes back short after a later wakeup does not
-    /// make the loop dry (its snapshot may predate the signal's row, or its
-    /// draw the freed unit), and one with a part for free slots goes out.
+    /// that ended a dry spell), and their count when the latest claim went
+    /// out: a wakeup since is worth a claim beside it. Their count when the
+    /// latest claim that draws from every source went out (one with a part
+    /// for free slots, or any in a worker without limited draws): a claim
+    /// that comes back short after a later wakeup does not make the loop
+    /// dry (its snapshot may predate the signal's row, or its draw the
+    /// freed unit), and a claim with a part for free slots goes out.
     wakeups: u64,
     wakeups_at_claim: u64,
     wakeups_covered: u64,
@@ -344,6 +344,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
     /// after a wakeup since it went out (its snapshot may miss a signal's
     /// task). Else it would race the first for the same rows, and skip the
     /// probe the first one ran.
+    ///
     /// A claim with no part for free slots draws for the room ahead only,
     /// which a limited draw (a batch) never takes: a wakeup it did not
     /// cover sends one with such a part as soon as slots allow.
