@@ -1,12 +1,13 @@
-//! Executors over a real one that let a test act between statements:
-//! [`Hooked`] runs a hook once, just before its `nth` run of one statement
-//! (how a test lands a write between two reads, or makes one call panic,
-//! where no timing could put it); [`Tapped`] asks a tap before and after
-//! every statement outside a transaction. Every other call goes to the real executor untouched.
+//! An executor over a real one that lets a test act between statements:
+//! [`Tapped`] asks a tap before and after every statement outside a
+//! transaction; [`hooked`] taps one statement's `nth` run to run a hook just
+//! before it (how a test lands a write between two reads, or makes one call
+//! panic, where no timing could put it). Every other call goes to the real
+//! executor untouched.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -22,22 +23,8 @@ pub type Hook = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// everything to the executor it wraps: how a test lands a write between
 /// two reads of a wait, where no timing could put it. Listening is the
 /// wrapped executor's, so a wait is pushed or polled as it would be without
-/// the hook.
-pub struct Hooked<E> {
-    inner: E,
-    /// The statement's SQL as the store sends it.
-    sql: String,
-    nth: usize,
-    runs: AtomicUsize,
-    hook: Mutex<Option<Hook>>,
-    answered: Mutex<Option<oneshot::Sender<()>>>,
-}
-
-impl<E> std::fmt::Debug for Hooked<E> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hooked").field("sql", &self.sql).field("nth", &self.nth).finish_non_exhaustive()
-    }
-}
+/// the hook. A [`Tapped`] executor whose tap watches for that run.
+pub type Hooked<E> = Tapped<E>;
 
 /// A store on `store`'s executor (and installation) that runs `hook` just
 /// before its `nth` run of `statement`, and a receiver told once that run
@@ -70,51 +57,30 @@ where
 {
     let sql = sql_of(statement, bound);
     let (answered, on_answer) = oneshot::channel();
-    let exec = Hooked {
-        inner: store.executor().clone(),
-        sql,
-        nth,
-        runs: AtomicUsize::new(0),
-        hook: Mutex::new(Some(Box::pin(hook))),
-        answered: Mutex::new(Some(answered)),
+    let runs = AtomicUsize::new(0);
+    let hook: Mutex<Option<Hook>> = Mutex::new(Some(Box::pin(hook)));
+    let answered = Mutex::new(Some(answered));
+    // The executor's number of the statement's `nth` run, once it began.
+    let nth_run = AtomicU64::new(u64::MAX);
+    let tap = move |text: &str, at: Tap, run: u64| -> Option<Hook> {
+        if text != sql {
+            return None;
+        }
+        match at {
+            Tap::Before if runs.fetch_add(1, Ordering::SeqCst) + 1 == nth => {
+                nth_run.store(run, Ordering::SeqCst);
+                hook.lock().expect("hook lock").take()
+            }
+            Tap::After if nth_run.load(Ordering::SeqCst) == run => {
+                if let Some(answered) = answered.lock().expect("hook lock").take() {
+                    let _ = answered.send(());
+                }
+                None
+            }
+            _ => None,
+        }
     };
-    (Store::new(exec), on_answer)
-}
-
-#[async_trait]
-impl<E: PgExecutor> PgExecutor for Hooked<E> {
-    type Transaction = E::Transaction;
-
-    async fn query(&self, sql: Sql<'_>, params: &[Value]) -> Result<Vec<Row>, ExecError> {
-        if sql.text != self.sql || self.runs.fetch_add(1, Ordering::SeqCst) + 1 != self.nth {
-            return self.inner.query(sql, params).await;
-        }
-        let hook = self.hook.lock().expect("hook lock").take();
-        if let Some(hook) = hook {
-            hook.await;
-        }
-        let answer = self.inner.query(sql, params).await;
-        if let Some(answered) = self.answered.lock().expect("hook lock").take() {
-            let _ = answered.send(());
-        }
-        answer
-    }
-
-    async fn execute_script(&self, script: &str) -> Result<(), ExecError> {
-        self.inner.execute_script(script).await
-    }
-
-    async fn begin(&self) -> Result<Self::Transaction, ExecError> {
-        self.inner.begin().await
-    }
-
-    async fn begin_in_lane(&self, lane: Lane) -> Result<Self::Transaction, ExecError> {
-        self.inner.begin_in_lane(lane).await
-    }
-
-    async fn listen(&self, channels: &[&str]) -> Result<Option<NotificationStream>, ExecError> {
-        self.inner.listen(channels).await
-    }
+    (tapped(store, tap), on_answer)
 }
 
 /// Before or after a run of a statement, for a [`Tapped`] executor's tap.
@@ -124,7 +90,7 @@ pub enum Tap {
     After,
 }
 
-type TapFn = dyn Fn(&str, Tap) -> Option<Hook> + Send + Sync;
+type TapFn = dyn Fn(&str, Tap, u64) -> Option<Hook> + Send + Sync;
 
 /// An executor that asks a tap, just before and just after each statement
 /// it runs outside a transaction (those of `begin` go untapped), for
@@ -135,6 +101,9 @@ type TapFn = dyn Fn(&str, Tap) -> Option<Hook> + Send + Sync;
 pub struct Tapped<E> {
     inner: E,
     tap: Box<TapFn>,
+    /// Statements begun so far: each run's number, which its tap calls
+    /// before and after share.
+    runs: AtomicU64,
 }
 
 impl<E> std::fmt::Debug for Tapped<E> {
@@ -144,14 +113,15 @@ impl<E> std::fmt::Debug for Tapped<E> {
 }
 
 /// A store on `store`'s executor that calls `tap` with each statement's SQL
-/// (as [`sql_of`] gives it) before and after the statement runs, and awaits
-/// what it returns.
+/// (as [`sql_of`] gives it) and the run's number (from 0, in the order the
+/// runs began) before and after the statement runs, and awaits what it
+/// returns.
 pub fn tapped<E, T>(store: &Store<E>, tap: T) -> Store<Tapped<E>>
 where
     E: PgExecutor + Clone,
-    T: Fn(&str, Tap) -> Option<Hook> + Send + Sync + 'static,
+    T: Fn(&str, Tap, u64) -> Option<Hook> + Send + Sync + 'static,
 {
-    Store::new(Tapped { inner: store.executor().clone(), tap: Box::new(tap) })
+    Store::new(Tapped { inner: store.executor().clone(), tap: Box::new(tap), runs: AtomicU64::new(0) })
 }
 
 /// The SQL the store sends for `statement` with the optional filters named
@@ -166,11 +136,13 @@ impl<E: PgExecutor> PgExecutor for Tapped<E> {
     type Transaction = E::Transaction;
 
     async fn query(&self, sql: Sql<'_>, params: &[Value]) -> Result<Vec<Row>, ExecError> {
-        if let Some(hold) = (self.tap)(sql.text, Tap::Before) {
+        let run = self.runs.fetch_add(1, Ordering::SeqCst);
+        if let Some(hold) = (self.tap)(sql.text, Tap::Before, run) {
             hold.await;
         }
+        let text = sql.text;
         let answer = self.inner.query(sql, params).await;
-        if let Some(hold) = (self.tap)(sql.text, Tap::After) {
+        if let Some(hold) = (self.tap)(text, Tap::After, run) {
             hold.await;
         }
         answer

@@ -679,7 +679,7 @@ async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a
             no_second.clone(),
             plain.clone(),
         );
-        move |sql: &str, at: Tap| -> Option<waymark_tests::fault_executor::Hook> {
+        move |sql: &str, at: Tap, _run: u64| -> Option<waymark_tests::fault_executor::Hook> {
             if at == Tap::After && sql == plain_sql {
                 plain_answered.send_modify(|n| *n += 1);
             }
