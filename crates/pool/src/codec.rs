@@ -126,80 +126,51 @@ fn decode_values(row: &tokio_postgres::Row) -> Result<Vec<Value>, ExecError> {
     let columns = row.columns();
     let mut values = Vec::with_capacity(columns.len());
     for (i, col) in columns.iter().enumerate() {
-        let ty = col.type_();
-        let type_oid = ty.oid();
-        if !decoded(type_oid) {
-            return Err(ExecError::new(
-                ExecErrorKind::Query,
-                format!("column {} has type {ty}, which waymark does not decode", col.name()),
-            ));
-        }
-        let value = row
-            .try_get::<_, Option<Raw<'_>>>(i)
-            .map_err(|e| e.into())
-            .and_then(|raw| raw.map_or(Ok(Value::Null), |Raw(raw)| decode_cell(type_oid, ty, raw)))
-            .map_err(|e| {
-                ExecError::new(ExecErrorKind::Query, format!("decoding column {}: {e}", col.name()))
-            })?;
+        let decode_err = |e: tokio_postgres::Error| {
+            ExecError::new(ExecErrorKind::Query, format!("decoding column {}: {e}", col.name()))
+        };
+        let value = match col.type_().oid() {
+            oid::VOID => Value::Null,
+            oid::BOOL => {
+                row.try_get::<_, Option<bool>>(i).map_err(decode_err)?.map_or(Value::Null, Value::Bool)
+            }
+            oid::INT2 => row
+                .try_get::<_, Option<i16>>(i)
+                .map_err(decode_err)?
+                .map_or(Value::Null, |v| Value::Int4(i32::from(v))),
+            oid::INT4 => {
+                row.try_get::<_, Option<i32>>(i).map_err(decode_err)?.map_or(Value::Null, Value::Int4)
+            }
+            oid::INT8 => {
+                row.try_get::<_, Option<i64>>(i).map_err(decode_err)?.map_or(Value::Null, Value::Int8)
+            }
+            oid::FLOAT8 => {
+                row.try_get::<_, Option<f64>>(i).map_err(decode_err)?.map_or(Value::Null, Value::Float8)
+            }
+            oid::FLOAT4 => row
+                .try_get::<_, Option<f32>>(i)
+                .map_err(decode_err)?
+                .map_or(Value::Null, |v| Value::Float8(f64::from(v))),
+            oid::JSONB | oid::JSON => {
+                row.try_get::<_, Option<JsonCell>>(i).map_err(decode_err)?.map_or(Value::Null, |c| c.0)
+            }
+            oid::TEXT_ARRAY | oid::VARCHAR_ARRAY | oid::NAME_ARRAY => row
+                .try_get::<_, Option<Vec<String>>>(i)
+                .map_err(decode_err)?
+                .map_or(Value::Null, Value::TextArray),
+            oid::TEXT | oid::VARCHAR | oid::NAME | oid::BPCHAR => {
+                row.try_get::<_, Option<String>>(i).map_err(decode_err)?.map_or(Value::Null, Value::Text)
+            }
+            _ => {
+                return Err(ExecError::new(
+                    ExecErrorKind::Query,
+                    format!("column {} has type {}, which waymark does not decode", col.name(), col.type_()),
+                ))
+            }
+        };
         values.push(value);
     }
     Ok(values)
-}
-
-type CellError = Box<dyn std::error::Error + Sync + Send>;
-
-/// Whether [`decode_cell`] reads the type.
-fn decoded(type_oid: u32) -> bool {
-    use oid::*;
-    matches!(
-        type_oid,
-        VOID | BOOL
-            | INT2
-            | INT4
-            | INT8
-            | FLOAT4
-            | FLOAT8
-            | JSON
-            | JSONB
-            | TEXT_ARRAY
-            | VARCHAR_ARRAY
-            | NAME_ARRAY
-            | TEXT
-            | VARCHAR
-            | NAME
-            | BPCHAR
-    )
-}
-
-/// A cell that is not NULL, by its type (one that [`decoded`] names).
-fn decode_cell(type_oid: u32, ty: &Type, raw: &[u8]) -> Result<Value, CellError> {
-    Ok(match type_oid {
-        oid::VOID => Value::Null,
-        oid::BOOL => Value::Bool(bool::from_sql(ty, raw)?),
-        oid::INT2 => Value::Int4(i32::from(i16::from_sql(ty, raw)?)),
-        oid::INT4 => Value::Int4(i32::from_sql(ty, raw)?),
-        oid::INT8 => Value::Int8(i64::from_sql(ty, raw)?),
-        oid::FLOAT8 => Value::Float8(f64::from_sql(ty, raw)?),
-        oid::FLOAT4 => Value::Float8(f64::from(f32::from_sql(ty, raw)?)),
-        oid::JSONB | oid::JSON => JsonCell::from_sql(ty, raw)?.0,
-        oid::TEXT_ARRAY | oid::VARCHAR_ARRAY | oid::NAME_ARRAY => Value::TextArray(Vec::from_sql(ty, raw)?),
-        _ => Value::Text(<&str>::from_sql(ty, raw)?.to_owned()),
-    })
-}
-
-/// A cell's bytes as the server sent them, of any type: [`decode_values`]
-/// picks the decoder by the column's type itself, so no driver check of
-/// the Rust type against the column's runs per cell.
-struct Raw<'a>(&'a [u8]);
-
-impl<'a> FromSql<'a> for Raw<'a> {
-    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, CellError> {
-        Ok(Raw(raw))
-    }
-
-    fn accepts(_: &Type) -> bool {
-        true
-    }
 }
 
 /// A `json` or `jsonb` cell: [`Value::Jsonb`] when serde_json can hold it,
