@@ -433,6 +433,9 @@ async fn canceled_reads_the_row_rather_than_waiting_for_the_next_heartbeat() {
     let store: S = Arc::new(pool_store(&schema).await);
     let (go_tx, go_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let go = Arc::new(tokio::sync::Mutex::new(go_rx));
+    // The handler's first read done: the cancel must come after it (a
+    // running row says only that the task was claimed).
+    let (read_tx, mut read_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     // (before the cancel, after it, the token's reason then)
     type Seen = Option<(bool, bool, Option<CancelReason>)>;
     let seen: Arc<Mutex<Seen>> = Arc::default();
@@ -442,9 +445,10 @@ async fn canceled_reads_the_row_rather_than_waiting_for_the_next_heartbeat() {
         // The next heartbeat is a minute away: only a read can tell.
         .lease(Duration::from_secs(180))
         .task("ask", move |ctx, _p: serde_json::Value| {
-            let (go, saw) = (go.clone(), saw.clone());
+            let (go, saw, read) = (go.clone(), saw.clone(), read_tx.clone());
             async move {
                 let before = ctx.canceled().await?;
+                let _ = read.send(());
                 go.lock().await.recv().await;
                 let after = ctx.canceled().await?;
                 *saw.lock().unwrap() = Some((before, after, ctx.cancel_reason()));
@@ -455,10 +459,10 @@ async fn canceled_reads_the_row_rather_than_waiting_for_the_next_heartbeat() {
         .expect("worker");
     let (handle, run) = spawn(w);
     let t = store.submit(NewTask::new("ask", json!({})).queue("ask")).await.expect("submit");
-    eventually(Duration::from_secs(20), "it runs", || async {
-        store.fetch(&t.id).await.expect("fetch").status == TaskStatus::Running
-    })
-    .await;
+    tokio::time::timeout(Duration::from_secs(20), read_rx.recv())
+        .await
+        .expect("the handler reads the row within 20 s")
+        .expect("the handler is alive");
     store.cancel(&t.id).await.expect("cancel");
     go_tx.send(()).expect("go");
     let done = store.wait(&t.id, Duration::from_secs(20)).await.expect("ends");
@@ -650,6 +654,12 @@ async fn batch_backlog_drains_without_polls(with_plain: bool) {
 /// never takes), so it must not count as having answered that signal; the
 /// next claim with slots does. (A plain handler beside the batch one, its
 /// calls known to be short, and no more slots than a claim asks for.)
+///
+/// The notification channel is the database's, so other tests' submits
+/// reach this worker too, and a watch that lags behind them says "poll":
+/// the claim beside the held one may then probe first and, finding
+/// nothing for its plain handlers, stop there. Either statement shows it
+/// went out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a_poll() {
     use std::sync::atomic::AtomicBool;
@@ -657,10 +667,17 @@ async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a
     use waymark_store::protocol::Statement;
     use waymark_tests::fault_executor::{sql_of, tapped, Tap};
 
+    // A queue of its own: other tests' submits to theirs wake no claim.
+    const QUEUE: &str = "held-claim";
     let schema = TestSchema::new().await;
     let plain = pool_store(&schema).await;
     let (batch_sql, plain_sql) =
         (sql_of(Statement::ClaimOneQueueOneName, &[]), sql_of(Statement::ClaimOneQueue, &["names"]));
+    // The probe's text, whichever of its optional filters are bound.
+    let probe_sql: Vec<String> = [&[][..], &["names"], &["queues"], &["queues", "names"]]
+        .iter()
+        .map(|bound| sql_of(Statement::ClaimableProbe, bound))
+        .collect();
     let armed = Arc::new(AtomicBool::new(false));
     let late: Arc<Mutex<Option<String>>> = Arc::default();
     // Set before the late task is queued: its signal may send the second
@@ -668,8 +685,8 @@ async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a
     let queuing = Arc::new(AtomicBool::new(false));
     let second_claim = Arc::new(Notify::new());
     let no_second = Arc::new(AtomicBool::new(false));
-    // Plain draws answered so far.
-    let (plain_answered, mut plain_answers) = tokio::sync::watch::channel(0_usize);
+    // Claim statements answered so far.
+    let (claims_answered, mut claim_answers) = tokio::sync::watch::channel(0_usize);
     let tap = {
         let (armed, late, queuing, second_claim, no_second, submitter) = (
             armed.clone(),
@@ -680,11 +697,13 @@ async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a
             plain.clone(),
         );
         move |sql: &str, at: Tap, _run: u64| -> Option<waymark_tests::fault_executor::Hook> {
-            if at == Tap::After && sql == plain_sql {
-                plain_answered.send_modify(|n| *n += 1);
+            let opens_a_draw = sql == plain_sql || probe_sql.iter().any(|p| p == sql);
+            if at == Tap::After && (opens_a_draw || sql == batch_sql) {
+                claims_answered.send_modify(|n| *n += 1);
             }
-            if at == Tap::Before && sql == plain_sql && queuing.load(Ordering::SeqCst) {
-                // A claim's plain draw beside the held one: it went out.
+            if at == Tap::Before && opens_a_draw && queuing.load(Ordering::SeqCst) {
+                // A claim's plain draw (or its probe) beside the held one:
+                // it went out.
                 second_claim.notify_one();
                 return None;
             }
@@ -698,7 +717,8 @@ async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a
                 (late.clone(), queuing.clone(), second_claim.clone(), no_second.clone(), submitter.clone());
             Some(Box::pin(async move {
                 queuing.store(true, Ordering::SeqCst);
-                let task = submitter.submit(NewTask::new("b", json!({}))).await.expect("submit late");
+                let task =
+                    submitter.submit(NewTask::new("b", json!({})).queue(QUEUE)).await.expect("submit late");
                 *late.lock().expect("late") = Some(task.id);
                 let sent = tokio::time::timeout(Duration::from_secs(5), second_claim.notified()).await;
                 no_second.store(sent.is_err(), Ordering::SeqCst);
@@ -713,6 +733,7 @@ async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a
     let worker = Worker::builder(store.clone())
         // As many slots as a claim asks for at least (so the first takes
         // them all), and room ahead once a call is known to take under 5 ms.
+        .queues([QUEUE])
         .concurrency(16)
         // No poll comes to the rescue within the test's time.
         .poll_interval(Duration::from_secs(60))
@@ -733,8 +754,10 @@ async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a
     // Plain calls that end tell the worker its calls are short (an average
     // under 5 ms, a new call weighing an eighth), so it claims room ahead
     // of its slots.
-    let warm =
-        store.submit_batch((0..8).map(|i| NewTask::new("p1", json!({ "i": i })))).await.expect("submit");
+    let warm = store
+        .submit_batch((0..8).map(|i| NewTask::new("p1", json!({ "i": i })).queue(QUEUE)))
+        .await
+        .expect("submit");
     let mut unsettled: std::collections::HashSet<&str> = warm.iter().map(String::as_str).collect();
     tokio::time::timeout(Duration::from_secs(20), async {
         while !unsettled.is_empty() {
@@ -752,8 +775,8 @@ async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a
     // fix. Nothing says "idle", so: no claim answered for 200 ms (real
     // time here is the quiet, not what is tested).
     tokio::time::timeout(Duration::from_secs(20), async {
-        plain_answers.borrow_and_update();
-        while tokio::time::timeout(Duration::from_millis(200), plain_answers.changed()).await.is_ok() {}
+        claim_answers.borrow_and_update();
+        while tokio::time::timeout(Duration::from_millis(200), claim_answers.changed()).await.is_ok() {}
     })
     .await
     .expect("the worker goes quiet after the plain tasks within 20 s");
@@ -761,7 +784,7 @@ async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a
         assert_eq!(store.fetch(id).await.expect("fetch").status, TaskStatus::Succeeded);
     }
     armed.store(true, Ordering::SeqCst);
-    let first = store.submit(NewTask::new("b", json!({}))).await.expect("submit").id;
+    let first = store.submit(NewTask::new("b", json!({})).queue(QUEUE)).await.expect("submit").id;
     // Both batch tasks claimed (the event may come before the late task's
     // submit has answered, so it is told by its name).
     let claimed_late = tokio::time::timeout(Duration::from_secs(10), async {
