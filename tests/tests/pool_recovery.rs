@@ -22,7 +22,7 @@ async fn the_breaker_opens_on_a_dead_server_and_closes_when_it_returns() {
     let pool = PgPool::builder(cluster.url("postgres"))
         .max_size(2)
         .breaker_threshold(3)
-        .breaker_open_for(Duration::from_millis(300))
+        .breaker_open_for(Duration::from_secs(3))
         .retry_attempts(1)
         .retry_backoff(Duration::from_millis(5), Duration::from_millis(20))
         .build()

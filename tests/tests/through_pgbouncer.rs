@@ -82,7 +82,9 @@ async fn waits_through_pgbouncer_finish_by_polling() {
         let (returned, done) = waiter.await.expect("waiter").expect("wait");
         assert_eq!(done.status, TaskStatus::Succeeded);
         let late = returned.saturating_duration_since(committed);
-        assert!(late < Duration::from_millis(700), "round {i}: {late:?}, past the 500 ms backstop");
+        // Polled: the next backstop is at most 500 ms away; the rest is
+        // room for a loaded machine, far short of the wait's 20 s.
+        assert!(late < Duration::from_millis(1500), "round {i}: {late:?}, past the 500 ms backstop");
     }
     assert!(!store.is_listening(), "no LISTEN through a transaction-mode pooler");
     drop(store);

@@ -58,7 +58,8 @@ async fn a_wait_returns_within_milliseconds_of_the_completion_commit() {
     println!("wakeup latency over 200 waits: p50 {p50:?}, p99 {p99:?}");
     // Polling alone would take at least the first backstop (100 ms).
     assert!(p50 < Duration::from_millis(50), "p50 {p50:?}: the wait was not pushed");
-    assert!(p99 < Duration::from_millis(500), "p99 {p99:?}");
+    // The tail is the machine's as much as the wait's: a loose bound.
+    assert!(p99 < Duration::from_secs(2), "p99 {p99:?}");
     schema.drop().await;
 }
 
@@ -83,7 +84,12 @@ async fn a_completion_racing_the_first_read_is_not_lost() {
         let (returned, done) = waiter.await.expect("waiter").expect("wait");
         assert_eq!(done.status, TaskStatus::Succeeded);
         let late = returned.saturating_duration_since(committed);
-        assert!(late < Duration::from_millis(600), "round {i}: {late:?} after the commit, past the backstop");
+        // The first backstop is 100 ms away; the rest is room for a loaded
+        // machine, still far short of the wait's 10 s.
+        assert!(
+            late < Duration::from_millis(1500),
+            "round {i}: {late:?} after the commit, past the backstop"
+        );
     }
     schema.drop().await;
 }
@@ -178,13 +184,17 @@ async fn waits_finish_across_a_killed_listener_and_listening_comes_back() {
         let (store, id) = (store.clone(), again.id.clone());
         tokio::spawn(async move { store.wait(&id, Duration::from_secs(20)).await.map(|_| Instant::now()) })
     };
-    // Real time: the waiter parked before the commit (see above).
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    // Real time: the commit comes just after the waiter's backstop reads
+    // (100 ms apart, then half as long again each time: about 100, 250,
+    // 475, 812 and 1,312 ms after it parked), so a wait that only polled
+    // would return about 450 ms after it, and a pushed one at once; the
+    // bound between them leaves a loaded machine room.
+    tokio::time::sleep(Duration::from_millis(850)).await;
     store.complete(&Lease::new(&again.id, "w"), json!(2)).await.expect("complete");
     let committed = Instant::now();
     let returned = waiter.await.expect("waiter").expect("wait");
     assert!(
-        returned.saturating_duration_since(committed) < Duration::from_millis(90),
+        returned.saturating_duration_since(committed) < Duration::from_millis(300),
         "pushed again after the reconnect"
     );
     drop(store);

@@ -247,20 +247,23 @@ async fn a_reclaimed_task_still_winding_down_counts_against_the_concurrency() {
     let schema = TestSchema::new().await;
     let store = Arc::new(pool_store(&schema).await);
     let held = store.submit(NewTask::new("held", json!({}))).await.expect("submit").id;
-    let release = Arc::new(tokio::sync::Notify::new());
+    // Every run holds on until released, a run that starts late included.
+    let (release, released) = tokio::sync::watch::channel(false);
     let starts = Arc::new(AtomicUsize::new(0));
-    let (r, n) = (release.clone(), starts.clone());
+    let n = starts.clone();
     let worker = Worker::builder(store.clone())
         .concurrency(2)
-        .lease(Duration::from_millis(300))
+        // Long enough that the second run's lease never runs out on a
+        // loaded machine: the first run's is ended by hand below.
+        .lease(Duration::from_secs(5))
         .heartbeat_interval(Duration::from_millis(100))
         .poll_interval(Duration::from_millis(50))
         // Both runs of the task hold on, the lost one included.
         .task("held", move |_ctx, _p: serde_json::Value| {
-            let (r, n) = (r.clone(), n.clone());
+            let (mut released, n) = (released.clone(), n.clone());
             async move {
                 n.fetch_add(1, Ordering::SeqCst);
-                r.notified().await;
+                let _ = released.wait_for(|go| *go).await;
                 Ok(json!({}))
             }
         })
@@ -270,21 +273,32 @@ async fn a_reclaimed_task_still_winding_down_counts_against_the_concurrency() {
     let handle = worker.handle();
     let run = tokio::spawn(worker.run());
     until_each(&store, &[held.as_str()], "the task claimed", |st| st == (TaskStatus::Running, 1)).await;
-    // The lease runs out while the run goes on; this worker's own claim
-    // recovers the task and runs it again.
+    // The lease runs out while the run goes on (its heartbeats paused, its
+    // deadline moved to the past); this worker's own claim recovers the
+    // task and runs it again.
     handle.pause_heartbeats(true);
-    until_each(&store, &[held.as_str()], "the task re-claimed by the same worker", |st| {
-        st == (TaskStatus::Running, 2)
-    })
+    store
+        .executor()
+        .execute_script(&format!(
+            "update cairnq_tasks set lease_until_ms = 0 where id = '{held}' and attempt = 1"
+        ))
+        .await
+        .expect("end the first lease");
+    // Started, not only claimed: the row says running before the run is.
+    eventually(
+        Duration::from_secs(20),
+        "the task re-claimed and started again by the same worker",
+        || async { starts.load(Ordering::SeqCst) == 2 && handle.running() == 2 },
+    )
     .await;
+    assert_eq!(status_of(&store, &held).await, (TaskStatus::Running, 2));
     handle.pause_heartbeats(false);
-    assert_eq!(handle.running(), 2, "two runs in flight, one of them lost");
     let other = store.submit(NewTask::new("other", json!({}))).await.expect("submit").id;
     // A negative check needs time: several poll intervals and queued
     // signals pass without a claim beyond the two slots.
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(status_of(&store, &other).await, (TaskStatus::Queued, 0), "no third run with 2 slots");
-    release.notify_waiters();
+    release.send_replace(true);
     until_each(&store, &[other.as_str()], "the other task runs once a slot frees", |(st, _)| {
         st == TaskStatus::Succeeded
     })
@@ -347,15 +361,19 @@ async fn a_commit_refused_after_the_shutdown_token_gives_the_task_back_unspent()
     let id = store.submit(NewTask::new("late", json!({})).max_attempts(1)).await.expect("submit").id;
     let refused = Arc::new(AtomicBool::new(false));
     let seen = refused.clone();
+    // The handler's writes done: shutdown comes after them (a running row
+    // says only that the task was claimed).
+    let (written_tx, mut written) = tokio::sync::mpsc::unbounded_channel::<()>();
     let worker = Worker::builder(store.clone())
         .shutdown_grace(Duration::from_millis(100))
         .task("late", move |ctx, _p: serde_json::Value| {
-            let seen = seen.clone();
+            let (seen, written_tx) = (seen.clone(), written_tx.clone());
             async move {
                 // The writes come first: after the token, the handler has
                 // half a second before it is dropped.
                 let tx = ctx.begin().await?;
                 tx.client().batch_execute("insert into side values (1), (1)").await.expect("inserts");
+                let _ = written_tx.send(());
                 let reason = ctx.cancelled().await;
                 let err = ctx.complete_in(tx, json!({})).await.expect_err("the commit is refused");
                 seen.store(
@@ -369,7 +387,10 @@ async fn a_commit_refused_after_the_shutdown_token_gives_the_task_back_unspent()
         .expect("worker");
     let handle = worker.handle();
     let run = tokio::spawn(worker.run());
-    until_each(&store, &[id.as_str()], "the task running", |(st, _)| st == TaskStatus::Running).await;
+    tokio::time::timeout(Duration::from_secs(20), written.recv())
+        .await
+        .expect("the handler writes within 20 s")
+        .expect("the handler is alive");
     handle.shutdown();
     run.await.expect("worker ends");
     assert!(refused.load(Ordering::SeqCst), "the commit was refused after a shutdown token");

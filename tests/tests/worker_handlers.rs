@@ -355,14 +355,23 @@ async fn a_batch_whose_lease_is_lost_for_one_task_settles_the_others_only() {
 async fn blocking_handlers_run_off_the_async_threads_with_leases_cancellation_and_settlement() {
     let schema = TestSchema::new().await;
     let store: S = Arc::new(pool_store(&schema).await);
+    // The sleepers hold their threads until the gate opens (30 s at most).
+    let gate = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (entered, slept) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (open, came, woke) = (gate.clone(), entered.clone(), slept.clone());
     let w = Worker::builder(store.clone())
         .queues(["cpu"])
         .concurrency(6)
         .heartbeat_interval(Duration::from_millis(100))
         .retry_backoff(Duration::from_millis(1), Duration::from_millis(1))
-        .blocking_task("cpu.sleep", |ctx, p: Num| {
+        .blocking_task("cpu.sleep", move |ctx, p: Num| {
             // Blocking code: it holds its thread, never an async one.
-            std::thread::sleep(Duration::from_millis(400));
+            came.fetch_add(1, Ordering::SeqCst);
+            let until = Instant::now() + Duration::from_secs(30);
+            while !open.load(Ordering::SeqCst) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            woke.fetch_add(1, Ordering::SeqCst);
             tokio::runtime::Handle::current()
                 .block_on(ctx.progress(Some(1.0), Some("slept")))
                 .map_err(TaskError::from)?;
@@ -386,17 +395,18 @@ async fn blocking_handlers_run_off_the_async_threads_with_leases_cancellation_an
         .await
         .expect("submit");
     eventually(Duration::from_secs(20), "the sleepers running", || async {
-        store.stats(Some("cpu")).await.expect("stats")["cpu"].running == 4
+        entered.load(Ordering::SeqCst) == 4
     })
     .await;
-    // Four threads sleep; the runtime's two async threads are free.
-    let started = Instant::now();
+    // Four threads block; the runtime's two async threads are free, so the
+    // ping runs while every sleeper still holds its thread.
     let ping = store
         .call(NewTask::new("ping", json!({})).queue("cpu"), Duration::from_secs(20))
         .await
         .expect("ping");
     assert_eq!(ping.result, Some(json!("pong")));
-    assert!(started.elapsed() < Duration::from_millis(350), "async work went on: {:?}", started.elapsed());
+    assert_eq!(slept.load(Ordering::SeqCst), 0, "async work went on while the blocking handlers held on");
+    gate.store(true, Ordering::SeqCst);
     for (n, id) in sleepers.iter().enumerate() {
         let t = store.wait(id, Duration::from_secs(20)).await.expect("done");
         assert_eq!((t.status, t.result), (TaskStatus::Succeeded, Some(json!(n as i64 + 1))));
