@@ -226,7 +226,8 @@ async fn heartbeats_keep_a_slow_task_and_a_paused_heartbeat_loses_it() {
     let seen = reasons.clone();
     let w = Worker::builder(store.clone())
         .queues(["lease"])
-        .lease(Duration::from_millis(600))
+        // Fifteen heartbeats per lease: a loaded machine may stall a few.
+        .lease(Duration::from_millis(1500))
         .heartbeat_interval(Duration::from_millis(100))
         // No poll in the test's span: a probe of this worker's would find
         // the expired lease and take the task back before the thief.
@@ -248,14 +249,14 @@ async fn heartbeats_keep_a_slow_task_and_a_paused_heartbeat_loses_it() {
         .expect("worker");
     let (handle, run) = spawn(w);
 
-    // 2 s of work on a 600 ms lease: kept by heartbeats, one attempt.
-    let kept = store.submit(NewTask::new("slow", json!({"ms": 2000})).queue("lease")).await.expect("submit");
+    // 4 s of work on a 1.5 s lease: kept by heartbeats, one attempt.
+    let kept = store.submit(NewTask::new("slow", json!({"ms": 4000})).queue("lease")).await.expect("submit");
     let done = store.wait(&kept.id, Duration::from_secs(20)).await.expect("wait");
     assert_eq!((done.status, done.attempt), (TaskStatus::Succeeded, 1));
 
     // Paused: the lease runs out and another worker takes the task.
     handle.pause_heartbeats(true);
-    let lost = store.submit(NewTask::new("slow", json!({"ms": 3000})).queue("lease")).await.expect("submit");
+    let lost = store.submit(NewTask::new("slow", json!({"ms": 6000})).queue("lease")).await.expect("submit");
     let s = store.clone();
     let id = lost.id.clone();
     eventually(Duration::from_secs(10), "the first run to start", || {
@@ -263,7 +264,7 @@ async fn heartbeats_keep_a_slow_task_and_a_paused_heartbeat_loses_it() {
         async move { s.fetch(&id).await.expect("fetch").status == TaskStatus::Running }
     })
     .await;
-    // Real time is what is under test: with heartbeats paused, the 600 ms
+    // Real time is what is under test: with heartbeats paused, the 1.5 s
     // lease runs out by the server's clock.
     let admin = waymark_tests::db::admin_client(&schema.url).await;
     let passed = format!(
@@ -472,9 +473,9 @@ async fn a_busy_worker_still_recovers_expired_leases_every_poll_interval() {
         .concurrency(16)
         .poll_interval(Duration::from_millis(300))
         .task("busy", |_ctx, _p: serde_json::Value| async move {
-            // Real time under test: 20 ms of work per task keeps a backlog
-            // draining while the expired lease is recovered.
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            // Real time under test: 200 ms of work per task keeps a backlog
+            // draining (for over 30 s) while the expired lease is recovered.
+            tokio::time::sleep(Duration::from_millis(200)).await;
             Ok(())
         })
         .build()
@@ -483,7 +484,7 @@ async fn a_busy_worker_still_recovers_expired_leases_every_poll_interval() {
     let started = Instant::now();
     let s = store.clone();
     let id = ghost.id.clone();
-    eventually(Duration::from_secs(3), "the expired lease to be recovered and the task run again", || {
+    eventually(Duration::from_secs(20), "the expired lease to be recovered and the task run again", || {
         let (s, id) = (s.clone(), id.clone());
         async move {
             let t = s.fetch(&id).await.expect("fetch");
