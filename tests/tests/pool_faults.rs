@@ -210,16 +210,17 @@ async fn critical_work_keeps_its_latency_under_an_ordinary_burst() {
     for b in burst {
         b.await.expect("join");
     }
-    critical.sort();
-    let (median, worst) = (critical[critical.len() / 2], critical[critical.len() - 1]);
+    let (total, worst) =
+        (critical.iter().sum::<Duration>(), critical.iter().max().copied().unwrap_or_default());
     println!(
-        "critical median {median:?}, worst {worst:?} over 10 calls; an ordinary call queued at the same time waited {ordinary_wait:?}"
+        "critical calls: {total:?} for 10, worst {worst:?}; an ordinary call queued at the same time waited {ordinary_wait:?}"
     );
-    // The median: one call that a loaded machine stalled says nothing
-    // about the lanes.
+    // The ten together: in one queue, the first alone would wait behind
+    // the burst as long as the ordinary call; a stalled moment on a loaded
+    // machine adds far less than that.
     assert!(
-        median * 5 < ordinary_wait,
-        "critical {median:?} (median) should be far below the ordinary wait {ordinary_wait:?}"
+        total * 2 < ordinary_wait,
+        "critical calls took {total:?} in all, not far below the ordinary wait {ordinary_wait:?}"
     );
 }
 

@@ -184,12 +184,13 @@ async fn waits_finish_across_a_killed_listener_and_listening_comes_back() {
         let (store, id) = (store.clone(), again.id.clone());
         tokio::spawn(async move { store.wait(&id, Duration::from_secs(20)).await.map(|_| Instant::now()) })
     };
-    // Real time: the commit comes just after the waiter's backstop reads
-    // (100 ms apart, then half as long again each time: about 100, 250,
-    // 475, 812 and 1,312 ms after it parked), so a wait that only polled
-    // would return about 450 ms after it, and a pushed one at once; the
-    // bound between them leaves a loaded machine room.
-    tokio::time::sleep(Duration::from_millis(850)).await;
+    // Real time: the commit comes between two of the waiter's backstop
+    // reads (100 ms apart, then half as long again each time: about 100,
+    // 250, 475, 812 and 1,312 ms after it parked, each a little later for
+    // the reads' own time), so a wait that only polled would return about
+    // 400 ms after it, and a pushed one at once; the bound between them
+    // leaves a loaded machine room.
+    tokio::time::sleep(Duration::from_millis(910)).await;
     store.complete(&Lease::new(&again.id, "w"), json!(2)).await.expect("complete");
     let committed = Instant::now();
     let returned = waiter.await.expect("waiter").expect("wait");

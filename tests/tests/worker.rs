@@ -226,6 +226,10 @@ async fn heartbeats_keep_a_slow_task_and_a_paused_heartbeat_loses_it() {
     let seen = reasons.clone();
     let w = Worker::builder(store.clone())
         .queues(["lease"])
+        // One slot, full while a task runs: no claim (and no probe, which
+        // a Poll from another test's ended hub would send) takes the
+        // expired lease back before the thief.
+        .concurrency(1)
         // Fifteen heartbeats per lease: a loaded machine may stall a few.
         .lease(Duration::from_millis(1500))
         .heartbeat_interval(Duration::from_millis(100))
