@@ -446,11 +446,41 @@ fn wrong(col: &str, want: &str, got: &Value) -> Error {
     Error::Decode(format!("column {col}: expected {want}, got {}", got.kind()))
 }
 
+/// Takes a cell, `None` for a null one. A null, and a number or a bool in
+/// [`scalar`], is let go without the enum's drop glue: an out-of-line call
+/// per cell otherwise, and most of a claimed row's cells are these.
+fn take_non_null(row: &mut impl Cells, col: &str) -> Result<Option<Value>> {
+    let v = take(row, col)?;
+    if matches!(v, Value::Null) {
+        std::mem::forget(v); // nothing to free
+        return Ok(None);
+    }
+    Ok(Some(v))
+}
+
+/// A scalar column's cell: `pick` reads the variants it allows, which must
+/// hold no heap data (a number or a bool), else they would leak.
+fn scalar<T>(
+    row: &mut impl Cells,
+    col: &str,
+    want: &str,
+    pick: impl FnOnce(&Value) -> Option<T>,
+) -> Result<Option<T>> {
+    let Some(v) = take_non_null(row, col)? else { return Ok(None) };
+    match pick(&v) {
+        Some(x) => {
+            std::mem::forget(v); // a number or a bool: nothing to free
+            Ok(Some(x))
+        }
+        None => Err(wrong(col, want, &v)),
+    }
+}
+
 pub(crate) fn opt_text(row: &mut impl Cells, col: &str) -> Result<Option<String>> {
-    match take(row, col)? {
-        Value::Null => Ok(None),
-        Value::Text(s) => Ok(Some(s)),
-        other => Err(wrong(col, "text", &other)),
+    match take_non_null(row, col)? {
+        None => Ok(None),
+        Some(Value::Text(s)) => Ok(Some(s)),
+        Some(other) => Err(wrong(col, "text", &other)),
     }
 }
 
@@ -466,12 +496,11 @@ pub(crate) fn text_array(row: &mut impl Cells, col: &str) -> Result<Vec<String>>
 }
 
 pub(crate) fn opt_int8(row: &mut impl Cells, col: &str) -> Result<Option<i64>> {
-    match take(row, col)? {
-        Value::Null => Ok(None),
-        Value::Int8(n) => Ok(Some(n)),
-        Value::Int4(n) => Ok(Some(i64::from(n))),
-        other => Err(wrong(col, "int8", &other)),
-    }
+    scalar(row, col, "int8", |v| match v {
+        Value::Int8(n) => Some(*n),
+        Value::Int4(n) => Some(i64::from(*n)),
+        _ => None,
+    })
 }
 
 pub(crate) fn int8(row: &mut impl Cells, col: &str) -> Result<i64> {
@@ -484,34 +513,32 @@ fn int4(row: &mut impl Cells, col: &str) -> Result<i32> {
 }
 
 fn opt_f64(row: &mut impl Cells, col: &str) -> Result<Option<f64>> {
-    match take(row, col)? {
-        Value::Null => Ok(None),
-        Value::Float8(f) => Ok(Some(f)),
-        Value::Int4(n) => Ok(Some(f64::from(n))),
-        other => Err(wrong(col, "float8", &other)),
-    }
+    scalar(row, col, "float8", |v| match v {
+        Value::Float8(f) => Some(*f),
+        Value::Int4(n) => Some(f64::from(*n)),
+        _ => None,
+    })
 }
 
 pub(crate) fn opt_bool(row: &mut impl Cells, col: &str) -> Result<Option<bool>> {
-    match take(row, col)? {
-        Value::Null => Ok(None),
-        Value::Bool(b) => Ok(Some(b)),
-        other => Err(wrong(col, "bool", &other)),
-    }
+    scalar(row, col, "bool", |v| match v {
+        Value::Bool(b) => Some(*b),
+        _ => None,
+    })
 }
 
 /// A JSON column: the outer error is a broken row (missing, wrong type);
 /// the inner one is JSON text serde_json cannot hold, with the reason.
 fn json_cell(row: &mut impl Cells, col: &str) -> Result<std::result::Result<Option<Json>, String>> {
-    match take(row, col)? {
-        Value::Null => Ok(Ok(None)),
-        Value::Jsonb(j) => Ok(Ok(Some(j))),
+    match take_non_null(row, col)? {
+        None => Ok(Ok(None)),
+        Some(Value::Jsonb(j)) => Ok(Ok(Some(j))),
         // An executor hands back as text the JSON that serde_json cannot
         // hold (see `Value`); JSON text from a thin adapter parses here.
-        Value::Text(s) => {
+        Some(Value::Text(s)) => {
             Ok(serde_json::from_str(&s).map(Some).map_err(|e| format!("its JSON cannot be read here ({e})")))
         }
-        other => Err(wrong(col, "jsonb", &other)),
+        Some(other) => Err(wrong(col, "jsonb", &other)),
     }
 }
 

@@ -52,9 +52,10 @@ impl CancelReason {
 }
 
 /// What a run holds of its call while it lasts (the call's slot and its
-/// units, each given back when its last holder lets go): two shared
-/// handles, so holding them costs no allocation per run.
-pub(crate) type CallHold = (Arc<dyn std::any::Any + Send + Sync>, Arc<dyn std::any::Any + Send + Sync>);
+/// units, if it drew any, each given back when its last holder lets go):
+/// shared handles, so holding them costs no allocation per run.
+pub(crate) type CallHold =
+    (Arc<dyn std::any::Any + Send + Sync>, Option<Arc<dyn std::any::Any + Send + Sync>>);
 
 /// The worker's record of one unsettled task, shared with its handler.
 #[derive(Debug)]

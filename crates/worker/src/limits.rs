@@ -107,6 +107,13 @@ impl Units {
         self.n
     }
 
+    /// Whether these units hold any capacity (a resource or a handler's
+    /// `max_running`): a draw without limits counts its calls in units of
+    /// nothing.
+    pub(crate) fn hold_capacity(&self) -> bool {
+        self.n > 0 && !self.of.is_empty()
+    }
+
     /// Moves one unit out, for one call.
     pub(crate) fn take_one(&mut self) -> Units {
         debug_assert!(self.n > 0);

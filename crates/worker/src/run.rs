@@ -131,9 +131,12 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
     // From here, whatever happens (a panic, a spawn refused while the
     // runtime shuts down, which drops the future), the slot comes free.
     let place = SlotHold::new(shared);
-    let units = UnitsHold::new(shared, units);
+    // Units of nothing (no limits) need no holder: nothing to give back,
+    // and the slot's own release wakes the claim loop.
+    let units = units.hold_capacity().then(|| UnitsHold::new(shared, units));
     for run in &running {
-        run.hold_call(Some((place.clone(), units.clone())));
+        let units = units.clone().map(|u| u as Arc<dyn std::any::Any + Send + Sync>);
+        run.hold_call(Some((place.clone(), units)));
     }
     let slot = Slot {
         shared: shared.clone(),
@@ -240,7 +243,7 @@ pub(crate) struct Slot<E> {
     shared: Arc<Shared<E>>,
     running: Vec<Arc<Running>>,
     place: Mutex<Option<Arc<SlotHold<E>>>>,
-    _units: Arc<UnitsHold<E>>,
+    _units: Option<Arc<UnitsHold<E>>>,
     started: Instant,
 }
 
