@@ -114,6 +114,7 @@ mod events;
 mod handler;
 mod heartbeat;
 mod limits;
+mod one_or_many;
 mod plan;
 mod run;
 mod settle;

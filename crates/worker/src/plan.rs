@@ -14,6 +14,7 @@ use std::sync::Arc;
 use waymark_store::{ClaimRequest, Error, FleetLimit, PgExecutor, Store, Task};
 
 use crate::limits::{Capacities, Units};
+use crate::one_or_many::OneOrMany;
 
 /// One draw's names, its tasks per call, and the capacities it spends;
 /// its queues when it draws from some of the worker's only, and the fleet
@@ -46,7 +47,7 @@ impl Source {
 pub(crate) struct Call {
     /// Shared from here on: the run, its context and its settlement hold
     /// the one copy.
-    pub(crate) tasks: Vec<Arc<Task>>,
+    pub(crate) tasks: OneOrMany<Arc<Task>>,
     pub(crate) units: Units,
     /// Drawn ahead of a free slot.
     pub(crate) ahead: bool,
@@ -144,7 +145,8 @@ impl Planner {
                     drawn.full |= i64::try_from(tasks.len()).unwrap_or(i64::MAX) >= limit;
                     let mut tasks = tasks.into_iter().peekable();
                     while tasks.peek().is_some() {
-                        let call: Vec<Arc<Task>> = tasks.by_ref().take(src.batch).map(Arc::new).collect();
+                        let call: OneOrMany<Arc<Task>> =
+                            tasks.by_ref().take(src.batch).map(Arc::new).collect();
                         let ahead = left == 0;
                         drawn.calls.push(Call { tasks: call, units: units.take_one(), ahead });
                         if ahead {

@@ -17,6 +17,7 @@ use crate::error::envelope;
 use crate::events::WorkerEvent;
 use crate::handler::{BatchHandler, BatchOutcome, Kind, Outcome};
 use crate::limits::Units;
+use crate::one_or_many::OneOrMany;
 use crate::plan::Call;
 use crate::settle::Settler;
 use crate::shutdown::{release, GiveBack};
@@ -29,9 +30,9 @@ pub(crate) const STOP_GRACE: Duration = Duration::from_millis(500);
 /// A claimed call, registered (its tasks in the running map, so their
 /// leases are renewed and a cancel reaches them) and waiting for a slot.
 pub(crate) struct Registered {
-    tasks: Vec<Arc<Task>>,
+    tasks: OneOrMany<Arc<Task>>,
     units: Units,
-    running: Vec<Arc<Running>>,
+    running: OneOrMany<Arc<Running>>,
     /// Claimed ahead of a free slot.
     pub(crate) ahead: bool,
 }
@@ -47,7 +48,7 @@ impl Registered {
 pub(crate) fn register_call<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, call: Call) -> Registered {
     let Call { tasks, units, ahead } = call;
     let observer = shared.store.observer();
-    let running: Vec<Arc<Running>> = tasks
+    let running: OneOrMany<Arc<Running>> = tasks
         .iter()
         .map(|task| {
             let scope = observer.and_then(|o| o.run(task));
@@ -241,7 +242,7 @@ impl<E> Drop for UnitsHold<E> {
 /// units go with it, after the settlement.
 pub(crate) struct Slot<E> {
     shared: Arc<Shared<E>>,
-    running: Vec<Arc<Running>>,
+    running: OneOrMany<Arc<Running>>,
     place: Mutex<Option<Arc<SlotHold<E>>>>,
     _units: Option<Arc<UnitsHold<E>>>,
     started: Instant,
