@@ -220,7 +220,9 @@ where
 pub async fn watch_polls_on_its_timer_and_hears_queued_when_listening<E: PgExecutor>(store: &Store<E>) {
     let mut watch = store.watch(["w6"], Duration::from_millis(200));
     assert_eq!(watch.next().await, Signal::Poll, "the first answer is a read-now");
-    let listening = store.is_listening();
+    // The queued stream's, not the done stream's (another test's waits may
+    // have that one up while this one still connects).
+    let listening = store.is_watching();
     store.submit(NewTask::new("w.watched", json!({})).queue("w6")).await.expect("submit");
     let started = Instant::now();
     let mut heard_queued = false;
