@@ -170,9 +170,11 @@ def register_handlers(worker: Worker, runs: list[dict[str, Any]], cancels: list[
 
     @worker.task("mixed.job")
     async def mixed(ctx, payload):
-        # Shared with a waymark worker on the same queue (the mixed fleet).
+        # Shared with a waymark worker on the same queue (the mixed fleet):
+        # 200 ms each, so that alone this worker would take over a second
+        # and the waymark one, started after its first claim, joins in.
         ran(ctx, payload)
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
         return {"by": "python", "n": payload["n"]}
 
     @worker.task("py.slow")

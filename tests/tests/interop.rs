@@ -479,9 +479,10 @@ async fn mixed_fleet_drains_a_shared_backlog_once() {
             let seen = seen.clone();
             async move {
                 seen.lock().unwrap().push(ctx.id().to_owned());
-                // Real time: 20 ms of work per task, so the backlog lasts
-                // long enough for both workers to share it.
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                // Real time: 200 ms of work per task (as the Python
+                // worker's), so the backlog lasts long enough for both
+                // workers to share it on a loaded machine.
+                tokio::time::sleep(Duration::from_millis(200)).await;
                 Ok(json!({"by": "rust", "n": payload["n"]}))
             }
         })
