@@ -469,6 +469,10 @@ fn scalar<T>(
     let Some(v) = take_non_null(row, col)? else { return Ok(None) };
     match pick(&v) {
         Some(x) => {
+            debug_assert!(
+                matches!(v, Value::Int4(_) | Value::Int8(_) | Value::Float8(_) | Value::Bool(_)),
+                "only a heap-free cell may be forgotten"
+            );
             std::mem::forget(v); // a number or a bool: nothing to free
             Ok(Some(x))
         }
