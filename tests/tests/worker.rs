@@ -353,21 +353,31 @@ async fn complete_in_commits_the_handlers_rows_with_the_settlement_or_neither() 
     // A task with "wait" holds until the test has stolen its lease.
     let stolen_now = Arc::new(tokio::sync::Notify::new());
     let gate = stolen_now.clone();
+    // Handler calls that have returned: the robbed run's end is told by
+    // this, not by the worker's count of running calls (zero, too, before
+    // the run has started).
+    let returned = Arc::new(AtomicUsize::new(0));
+    let counted = returned.clone();
     let w = Worker::builder(store.clone())
         .queues(["tx"])
         .task("receipt", move |ctx, p: serde_json::Value| {
-            let (insert, gate) = (insert.clone(), gate.clone());
+            let (insert, gate, counted) = (insert.clone(), gate.clone(), counted.clone());
             async move {
                 if p["wait"] == true {
                     gate.notified().await;
                 }
-                let tx = ctx.begin().await?;
-                tx.client()
-                    .execute(&insert, &[&ctx.id()])
-                    .await
-                    .map_err(|e| TaskError::new(e.to_string()))?;
-                ctx.complete_in(tx, json!({"receipt": true})).await?;
-                Ok(())
+                let out = async {
+                    let tx = ctx.begin().await?;
+                    tx.client()
+                        .execute(&insert, &[&ctx.id()])
+                        .await
+                        .map_err(|e| TaskError::new(e.to_string()))?;
+                    ctx.complete_in(tx, json!({"receipt": true})).await?;
+                    Ok::<(), TaskError>(())
+                }
+                .await;
+                counted.fetch_add(1, Ordering::SeqCst);
+                out
             }
         })
         .build()
@@ -397,7 +407,10 @@ async fn complete_in_commits_the_handlers_rows_with_the_settlement_or_neither() 
     // Take it over by force, as another worker's claim after an expiry.
     schema.steal_lease(&stolen.id, "thief").await;
     stolen_now.notify_one();
-    eventually(Duration::from_secs(10), "the robbed run to end", || async { handle.running() == 0 }).await;
+    eventually(Duration::from_secs(10), "the robbed run to end", || async {
+        returned.load(Ordering::SeqCst) == 2 && handle.running() == 0
+    })
+    .await;
     let t = fetch(&store, &stolen.id).await;
     assert_eq!((t.status, t.worker_id.as_deref()), (TaskStatus::Running, Some("thief")));
     assert_eq!(
