@@ -182,13 +182,19 @@ impl Task {
         // Sized once: a claim's hundreds of tasks would otherwise move each
         // time the vector grew.
         let mut tasks = Vec::with_capacity(rows.len());
-        let mut in_order: Option<Arc<[String]>> = None;
+        // The last names seen and whether they are `TASK_COLUMNS`: told once
+        // per shared list, either way.
+        let mut seen: Option<(Arc<[String]>, bool)> = None;
         for mut row in rows {
-            let known = in_order.as_ref().is_some_and(|names| row.shares_names(names));
-            if known || row.named(&TASK_COLUMNS) {
-                if !known {
-                    in_order = Some(row.names().clone());
+            let in_order = match &seen {
+                Some((names, in_order)) if row.shares_names(names) => *in_order,
+                _ => {
+                    let in_order = row.named(&TASK_COLUMNS);
+                    seen = Some((row.names().clone(), in_order));
+                    in_order
                 }
+            };
+            if in_order {
                 tasks.push(Task::from_cells(&mut InOrder(row.into_values().into_iter(), 0))?);
             } else {
                 tasks.push(Task::from_cells(&mut row)?);
