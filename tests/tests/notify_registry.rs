@@ -1,7 +1,8 @@
 //! The hub registry on a real PostgreSQL: one session per key however many
 //! leases, an idle close after the timeout (and none before it when a lease
-//! comes back), the cap on hubs, and a closing hub that keeps its slot until
-//! its connection is gone.
+//! comes back), the cap on hubs, a closing hub that keeps its slot until
+//! its connection is gone, and a hub that outlives the runtime of the
+//! caller that leased it first.
 
 mod notify_support;
 
@@ -184,4 +185,39 @@ async fn a_closing_hub_keeps_its_slot_until_its_task_has_ended() {
 
     let lease = reg.acquire(&connector(&url), [&b], HubOptions::new()).expect("the slot is free again");
     wait_listening(&mut lease.state()).await;
+}
+
+/// A hub is shared by key, so it must not end with the runtime of its first
+/// caller: an app with several runtimes (or a test suite, one per test)
+/// would otherwise lose every other lease's stream when that runtime ends.
+#[test]
+fn a_hub_outlives_the_runtime_of_its_first_lease() {
+    let url = server_url();
+    let reg = registry(8, Duration::from_secs(30));
+    let channel = unique("wmrt");
+    let app = unique("wm-reg-runtime");
+    let options = || HubOptions::new().application_name(&app);
+    let runtime = || tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+
+    // The first lease, taken and listening on a runtime that then ends.
+    let first_runtime = runtime();
+    let first = first_runtime.block_on(async {
+        let lease = reg.acquire(&connector(&url), [&channel], options()).expect("first");
+        wait_listening(&mut lease.state()).await;
+        lease
+    });
+    drop(first_runtime);
+    // Taken outside any runtime: the registry needs none.
+    let second = reg.acquire(&connector(&url), [&channel], options()).expect("second, outside a runtime");
+    assert!(second.is_same_hub(&first));
+
+    runtime().block_on(async {
+        let mut events = second.subscribe();
+        notify(&url, &channel, "after").await;
+        assert_eq!(next_event(&mut events, PATIENCE).await, Some(note(&channel, "after")));
+        assert_eq!(second.current_state(), HubState::Listening);
+        let stats = second.stats();
+        assert_eq!((stats.listens, stats.disconnects), (1, 0), "the first session lived on: {stats:?}");
+        assert_eq!(sessions(&url, &app).await, 1);
+    });
 }

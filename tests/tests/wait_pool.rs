@@ -258,40 +258,24 @@ async fn a_worker_listens_to_queued_only_and_a_first_wait_adds_done() {
     db.drop().await;
 }
 
-/// A watch whose LISTEN stream ends listens again within seconds, not at
-/// its next poll. Here the stream's hub dies with the runtime that started
-/// it (hubs are shared per URL in a process): another runtime opens the
-/// hub first, the test's watch joins it, then that runtime goes away.
+/// A watch whose LISTEN stream ends (its hub closed or gone) listens again
+/// within seconds, not at its next poll. The executor here ends its first
+/// stream when the test says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_whose_stream_ended_listens_again_before_its_poll() {
-    let db = TestDatabase::new().await;
-    let (opened_tx, opened) = std::sync::mpsc::channel::<()>();
-    let (end_tx, end) = std::sync::mpsc::channel::<()>();
-    let url = db.url.clone();
-    let other = std::thread::spawn(move || {
-        let rt =
-            tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
-        rt.block_on(async {
-            let pool = PgPool::builder(&url).max_size(2).build().expect("pool");
-            let store =
-                Store::connect(pool, waymark_store::ConnectOptions::default()).await.expect("connect");
-            let mut watch = store.watch_queues(["back"], Duration::from_secs(60));
-            watch.next().await;
-            eventually(Duration::from_secs(10), "the first hub listening", || async { store.is_watching() })
-                .await;
-            opened_tx.send(()).expect("tell the test");
-            end.recv().expect("told to end");
-        });
-        drop(rt); // the hub's task goes with it
-    });
-    opened.recv().expect("the other runtime's hub");
-    let store = Arc::new(db_store(&db).await);
+    let schema = TestSchema::new().await;
+    let plain = pool_store(&schema).await;
+    let (cut, cut_rx) = tokio::sync::watch::channel(false);
+    let listens = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let executor = EndingListen { inner: plain.executor().clone(), cut: cut_rx, listens: listens.clone() };
+    let store = Arc::new(Store::new(executor));
+    let queue = "stream-ended";
     let (queued_tx, mut queued) = tokio::sync::mpsc::unbounded_channel();
     let pump = {
         let store = store.clone();
         tokio::spawn(async move {
             // A poll a minute away: only a prompt listen brings the signal.
-            let mut watch = store.watch_queues(["back"], Duration::from_secs(60));
+            let mut watch = store.watch_queues([queue], Duration::from_secs(60));
             loop {
                 if let waymark_store::Signal::Queued(q) = watch.next().await {
                     let _ = queued_tx.send(q);
@@ -299,27 +283,71 @@ async fn a_watch_whose_stream_ended_listens_again_before_its_poll() {
             }
         })
     };
-    eventually(Duration::from_secs(10), "the test's watch on the shared hub", || async {
-        store.is_watching()
-    })
-    .await;
-    end_tx.send(()).expect("end the other runtime");
-    other.join().expect("the other runtime ends");
-    // The stream ended with its hub. A task submitted before the watch
-    // listens again is read by the re-read that listening brings, so keep
-    // submitting until one is pushed: only a new LISTEN can push it.
+    eventually(Duration::from_secs(10), "the watch listening", || async { store.is_watching() }).await;
+    cut.send_replace(true);
+    // A task submitted before the watch listens again is read by the
+    // re-read that listening brings, so keep submitting until one is
+    // pushed: only a new LISTEN can push it.
     let deadline = Instant::now() + Duration::from_secs(15);
     let pushed = loop {
         assert!(Instant::now() < deadline, "no queued signal pushed within 15 s");
-        store.submit(NewTask::new("x", json!({})).queue("back")).await.expect("submit");
+        store.submit(NewTask::new("x", json!({})).queue(queue)).await.expect("submit");
         if let Ok(Some(q)) = tokio::time::timeout(Duration::from_millis(500), queued.recv()).await {
-            break q;
+            if listens.load(std::sync::atomic::Ordering::SeqCst) >= 2 {
+                break q;
+            }
         }
     };
-    assert_eq!(pushed, "back");
+    assert_eq!(pushed, queue);
     pump.abort();
     drop(store);
-    db.drop().await;
+    schema.drop().await;
+}
+
+/// The pool's executor, whose first LISTEN stream ends once `cut` is true.
+#[derive(Debug, Clone)]
+struct EndingListen {
+    inner: PgPool,
+    cut: tokio::sync::watch::Receiver<bool>,
+    listens: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl waymark_store::PgExecutor for EndingListen {
+    type Transaction = <PgPool as waymark_store::PgExecutor>::Transaction;
+
+    async fn query(
+        &self,
+        sql: waymark_store::Sql<'_>,
+        params: &[waymark_store::Value],
+    ) -> Result<Vec<waymark_store::Row>, waymark_store::ExecError> {
+        self.inner.query(sql, params).await
+    }
+
+    async fn execute_script(&self, script: &str) -> Result<(), waymark_store::ExecError> {
+        self.inner.execute_script(script).await
+    }
+
+    async fn begin(&self) -> Result<Self::Transaction, waymark_store::ExecError> {
+        self.inner.begin().await
+    }
+
+    async fn listen(
+        &self,
+        channels: &[&str],
+    ) -> Result<Option<waymark_store::NotificationStream>, waymark_store::ExecError> {
+        use futures::StreamExt as _;
+        let first = self.listens.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+        let stream = self.inner.listen(channels).await?;
+        if !first {
+            return Ok(stream);
+        }
+        let mut cut = self.cut.clone();
+        let ended = async move {
+            let _ = cut.wait_for(|cut| *cut).await;
+        };
+        Ok(stream.map(|s| s.take_until(ended).boxed()))
+    }
 }
 
 /// The pool's executor, each of its LISTEN attempts held until the test

@@ -35,4 +35,12 @@ pub enum RegistryError {
     /// The hub could not be started.
     #[error(transparent)]
     Hub(#[from] HubError),
+    /// The registry's thread, on which its hubs run, could not be started
+    /// (the process is out of threads or memory). Poll instead, and try
+    /// again later.
+    #[error("could not start the notify registry's thread: {reason}")]
+    Thread {
+        /// The operating system's error.
+        reason: String,
+    },
 }

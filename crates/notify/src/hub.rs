@@ -137,7 +137,9 @@ pub struct Hub {
 impl Hub {
     /// Starts a hub on `channels` (at least one; the first carries the
     /// probe) as a task of the current tokio runtime. It connects in the
-    /// background: watch [`state`](Self::state).
+    /// background: watch [`state`](Self::state). The hub ends with that
+    /// runtime; a [`Registry`](crate::Registry) runs its hubs on a thread of
+    /// its own instead.
     pub fn spawn<I, S>(connector: Connector, channels: I, options: HubOptions) -> Result<Hub, HubError>
     where
         I: IntoIterator<Item = S>,
@@ -145,6 +147,16 @@ impl Hub {
     {
         let channels = validate_all(channels)?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| HubError::NoRuntime)?;
+        Ok(Hub::spawn_on(&runtime, connector, channels, options))
+    }
+
+    /// Starts a hub as a task of `runtime`, on channels already validated.
+    pub(crate) fn spawn_on(
+        runtime: &tokio::runtime::Handle,
+        connector: Connector,
+        channels: Vec<String>,
+        options: HubOptions,
+    ) -> Hub {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (state_tx, state_rx) = watch::channel(HubState::Connecting);
         let (events_tx, _) = broadcast::channel(options.event_buffer);
@@ -169,7 +181,7 @@ impl Hub {
             counters,
         };
         runtime.spawn(task.run());
-        Ok(Hub { shared })
+        Hub { shared }
     }
 
     /// A process-unique id (tests tell hubs apart with it).

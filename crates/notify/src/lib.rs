@@ -84,11 +84,14 @@
 //!   [`recv`](Subscription::recv) or as a [`Stream`](futures::Stream).
 //! - [`Registry`]: hubs shared by key (connector label, channel set, leader
 //!   lock key), closed after an idle timeout, at most `max_hubs`
-//!   ([`RegistryError::Full`] past it: poll).
+//!   ([`RegistryError::Full`] past it: poll). A registry runs its hubs on a
+//!   thread of its own, so a hub shared by callers on several runtimes
+//!   outlives each of them.
 //!
 //! This crate depends on tokio-postgres and, for the statements a listening
 //! session sends, on `waymark-protocol`; never on the store.
 
+mod background;
 mod backoff;
 mod channel;
 mod connector;

@@ -7,19 +7,22 @@
 //! - a hub's slot is taken from its first lease until its task has ended
 //!   (its connection is gone): a hub that is closing still counts, so the
 //!   registry never holds more than `max_hubs` connections;
-//! - the mutex is never held across an await.
+//! - the mutex is never held across an await;
+//! - hubs and idle timers run on the registry's own thread
+//!   ([`Background`]), never on a caller's runtime, so a hub outlives the
+//!   runtime of the caller that leased it first.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-use tokio::time::Instant;
 
+use crate::background::Background;
 use crate::channel::validate_all;
 use crate::connector::Connector;
-use crate::error::{HubError, RegistryError};
+use crate::error::RegistryError;
 use crate::hub::{Hub, HubState, HubStats};
 use crate::options::HubOptions;
 use crate::subscription::Subscription;
@@ -75,6 +78,8 @@ struct Entry {
 struct Slots {
     hubs: HashMap<HubKey, Entry>,
     closing: Vec<Hub>,
+    /// Started at the first hub.
+    background: Option<Background>,
 }
 
 struct Inner {
@@ -113,7 +118,10 @@ impl Registry {
     /// Fails with [`RegistryError::Full`] when every slot is taken; the
     /// caller then polls, and may try again later.
     ///
-    /// Must be called inside a tokio runtime, on which a new hub runs.
+    /// A new hub runs on the registry's own thread (started at the first
+    /// hub), not on the caller's runtime: it lives on when that runtime
+    /// ends, for the other leases on it. So `acquire` may be called from
+    /// any thread, inside a runtime or not.
     pub fn acquire<I, S>(
         &self,
         connector: &Connector,
@@ -132,10 +140,6 @@ impl Registry {
             channels: sorted,
             leader_lock: options.leader_lock,
         };
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(HubError::NoRuntime.into());
-        }
-
         let mut slots = self.inner.lock();
         self.inner.sweep(&mut slots);
         if let Some(entry) = slots.hubs.get_mut(&key) {
@@ -149,7 +153,12 @@ impl Registry {
         if slots.hubs.len() + slots.closing.len() >= max {
             return Err(RegistryError::Full { max });
         }
-        let hub = Hub::spawn(connector.clone(), given, options)?;
+        if slots.background.is_none() {
+            let started = Background::start().map_err(|e| RegistryError::Thread { reason: e.to_string() })?;
+            slots.background = Some(started);
+        }
+        let Some(background) = slots.background.as_ref() else { unreachable!("started above") };
+        let hub = Hub::spawn_on(background.handle(), connector.clone(), given, options);
         slots.hubs.insert(key.clone(), Entry { hub: hub.clone(), leases: 1, idle_since: None });
         drop(slots);
         Ok(self.lease(key, hub))
@@ -238,12 +247,11 @@ impl Inner {
             self.sweep(&mut slots);
             return;
         }
-        // Without a runtime (a lease dropped after its runtime ended) the
-        // next acquire or stats call sweeps instead.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        // A hub is there, so the thread is too.
+        let Some(runtime) = slots.background.as_ref().map(|b| b.handle().clone()) else { return };
         drop(slots);
         let registry: Weak<Inner> = Arc::downgrade(self);
-        let due = since + self.options.idle_timeout;
+        let due = tokio::time::Instant::from_std(since + self.options.idle_timeout);
         runtime.spawn(async move {
             tokio::time::sleep_until(due).await;
             let closing = {
