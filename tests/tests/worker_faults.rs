@@ -403,22 +403,38 @@ async fn a_failed_claim_is_tried_again_soon_not_at_the_next_poll() {
     let schema = TestSchema::new().await;
     let direct = pool_store(&schema).await;
     let (proxy, store) = behind_a_proxy(&schema).await;
+    // A queue of its own: `cairnq_queued` is the database's channel, and
+    // another test's submit to a shared queue name would wake a claim that
+    // the retry under test must bring.
+    let queue = "failed-claim-retry";
+    let (failed_tx, mut failed) = tokio::sync::mpsc::unbounded_channel();
     let worker = Worker::builder(store.clone())
+        .queues([queue])
         .poll_interval(Duration::from_secs(120))
+        .on_error(move |e| {
+            if e.during == "claim" {
+                let _ = failed_tx.send(());
+            }
+        })
         .task("x", |_ctx, _p: serde_json::Value| async move { Ok(json!({})) })
         .build()
         .expect("worker");
     let handle = worker.handle();
     let run = tokio::spawn(worker.run());
-    // Wait for the first (empty) claim, which came back with nothing.
-    eventually(Duration::from_secs(10), "the worker's first claim", || async { proxy.connections() > 0 })
-        .await;
+    // Settled in: listening (whose first "may have missed" sends a claim
+    // of its own), and a first task claimed and run by its signal.
+    eventually(Duration::from_secs(10), "the worker listening", || async { store.is_watching() }).await;
+    let warm = direct.submit(NewTask::new("x", json!({})).queue(queue)).await.expect("submit").id;
+    until_each(&direct, &[warm.as_str()], "a first task run", |(st, _)| st == TaskStatus::Succeeded).await;
     proxy.set_down(true);
-    let id = direct.submit(NewTask::new("x", json!({}))).await.expect("submit").id;
-    eventually(Duration::from_secs(10), "a claim failing while the server is away", || async {
-        proxy.refused() >= 1
-    })
-    .await;
+    let id = direct.submit(NewTask::new("x", json!({})).queue(queue)).await.expect("submit").id;
+    // Up again only once a claim has failed in the worker (the pool's own
+    // wait for a connection would otherwise outlast a short outage, and the
+    // claim succeed without any retry).
+    tokio::time::timeout(Duration::from_secs(30), failed.recv())
+        .await
+        .expect("a claim fails while the server is away")
+        .expect("the worker is alive");
     proxy.set_down(false);
     // The next poll is two minutes away: only a retry of the failed claim
     // runs the task within this wait.
