@@ -187,6 +187,34 @@ async fn a_closing_hub_keeps_its_slot_until_its_task_has_ended() {
     wait_listening(&mut lease.state()).await;
 }
 
+/// A full registry makes room: its longest-idle hub is closed for the
+/// caller who found it full, whose later try gets the slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_registry_closes_its_longest_idle_hub_for_a_new_key() {
+    let url = server_url();
+    let reg = registry(1, Duration::from_secs(600));
+    let c = connector(&url);
+    let (a, b) = (unique("wmidle"), unique("wmnew"));
+    let lease = reg.acquire(&c, [&a], HubOptions::new()).expect("a");
+    wait_listening(&mut lease.state()).await;
+    drop(lease);
+    assert_eq!(reg.stats().idle, 1, "kept warm for its idle timeout");
+    let err = reg.acquire(&c, [&b], HubOptions::new()).unwrap_err();
+    assert_eq!(err, RegistryError::Full { max: 1 });
+    let started = Instant::now();
+    let lease = loop {
+        match reg.acquire(&c, [&b], HubOptions::new()) {
+            Ok(lease) => break lease,
+            Err(RegistryError::Full { .. }) if started.elapsed() < PATIENCE => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("no slot for the new key within {PATIENCE:?}: {e}"),
+        }
+    };
+    wait_listening(&mut lease.state()).await;
+    assert_eq!(reg.stats().hubs, 1);
+}
+
 /// A hub is shared by key, so it must not end with the runtime of its first
 /// caller: an app with several runtimes (or a test suite, one per test)
 /// would otherwise lose every other lease's stream when that runtime ends.

@@ -8,6 +8,7 @@
 //! thread, started at the first lease and stopped when the registry goes.
 
 use std::io;
+use std::sync::mpsc;
 
 use tokio::runtime::{Builder, Handle};
 use tokio::sync::oneshot;
@@ -22,17 +23,30 @@ pub(crate) struct Background {
 }
 
 impl Background {
-    /// Starts the thread.
+    /// Starts the thread and waits (briefly: a runtime's build) for its
+    /// runtime. The runtime is built and dropped on that thread only: a
+    /// runtime dropped on the caller's would panic inside async code.
     pub(crate) fn start() -> io::Result<Background> {
-        let runtime = Builder::new_current_thread().enable_all().build()?;
-        let handle = runtime.handle().clone();
         let (stop, stopped) = oneshot::channel::<()>();
+        let (started_tx, started) = mpsc::sync_channel::<io::Result<Handle>>(1);
         std::thread::Builder::new().name("waymark-notify".to_owned()).spawn(move || {
+            let runtime = match Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    let _ = started_tx.send(Err(e));
+                    return;
+                }
+            };
+            if started_tx.send(Ok(runtime.handle().clone())).is_err() {
+                return;
+            }
             runtime.block_on(async {
                 // Ok or Err both mean the registry is gone.
                 let _ = stopped.await;
             });
         })?;
+        let handle =
+            started.recv().map_err(|_| io::Error::other("the thread ended before its runtime started"))??;
         Ok(Background { handle, _stop: stop })
     }
 

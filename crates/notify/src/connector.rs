@@ -74,6 +74,10 @@ impl Connector {
     /// connections made some other way (a socket of your own, a wrapped
     /// stream); [`message_stream`] turns a
     /// [`Connection`](tokio_postgres::Connection) into the stream it returns.
+    ///
+    /// A hub leased from a [`Registry`](crate::Registry) runs on the
+    /// registry's own current-thread runtime, shared by its hubs: `open`
+    /// and the stream must not block it (nor call `block_in_place`).
     pub fn from_fn<F, Fut>(config: Config, open: F) -> Connector
     where
         F: Fn(Config) -> Fut + Send + Sync + 'static,

@@ -24,6 +24,7 @@ pub enum HubError {
 
 /// Why [`Registry::acquire`](crate::Registry::acquire) gave no lease.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RegistryError {
     /// Every slot is taken (by hubs in use, idle or still closing): poll
     /// instead, and try again later.
@@ -32,7 +33,7 @@ pub enum RegistryError {
         /// The registry's `max_hubs`.
         max: usize,
     },
-    /// The hub could not be started.
+    /// The hub could not be started: its channels were refused.
     #[error(transparent)]
     Hub(#[from] HubError),
     /// The registry's thread, on which its hubs run, could not be started

@@ -121,7 +121,13 @@ impl Registry {
     /// A new hub runs on the registry's own thread (started at the first
     /// hub), not on the caller's runtime: it lives on when that runtime
     /// ends, for the other leases on it. So `acquire` may be called from
-    /// any thread, inside a runtime or not.
+    /// any thread, inside a runtime or not. That thread runs a
+    /// current-thread runtime shared by all the registry's hubs: a
+    /// [`Connector::from_fn`] function runs there, and must not block
+    /// (nor call `block_in_place`).
+    ///
+    /// When the registry is full, the hub without leases that has been
+    /// idle longest is closed, so that a later try finds its slot.
     pub fn acquire<I, S>(
         &self,
         connector: &Connector,
@@ -151,6 +157,9 @@ impl Registry {
         }
         let max = self.inner.options.max_hubs;
         if slots.hubs.len() + slots.closing.len() >= max {
+            // An idle hub gives way to a caller who needs one: closed now,
+            // its slot is free once its session is gone, for a later try.
+            self.inner.close_longest_idle(&mut slots);
             return Err(RegistryError::Full { max });
         }
         if slots.background.is_none() {
@@ -204,9 +213,10 @@ impl Inner {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Closes the hubs idle for the whole idle timeout, forgets closing
-    /// hubs whose task has ended, and forgets hubs whose task ended on its
-    /// own without a verdict (their runtime was shut down). An
+    /// Closes the hubs idle for the whole idle timeout, and idle ones that
+    /// are down, connecting or in standby (kept warm for nothing: a server
+    /// gone, a database dropped); forgets closing hubs whose task has ended, and hubs whose
+    /// task ended on its own without a verdict (a panic in it). An
     /// [`Unavailable`](HubState::Unavailable) hub stays while leased, so
     /// that its callers keep polling instead of probing again.
     fn sweep(&self, slots: &mut Slots) {
@@ -217,9 +227,16 @@ impl Inner {
             .iter()
             .filter(|(_, e)| {
                 let idle_over = e.idle_since.is_some_and(|since| now.duration_since(since) >= idle_timeout);
+                // An Unavailable verdict is kept warm too: it spares the
+                // next caller a probe that would fail the same way.
+                let idle_deaf = e.leases == 0
+                    && matches!(
+                        e.hub.current_state(),
+                        HubState::Down { .. } | HubState::Connecting | HubState::Standby
+                    );
                 let lost =
                     e.hub.is_finished() && !matches!(e.hub.current_state(), HubState::Unavailable { .. });
-                idle_over || lost
+                idle_over || idle_deaf || lost
             })
             .map(|(key, _)| key.clone())
             .collect();
@@ -233,6 +250,21 @@ impl Inner {
         slots.closing.retain(|hub| !hub.is_finished());
     }
 
+    /// Closes the hub without leases that has been idle longest, if any.
+    fn close_longest_idle(&self, slots: &mut Slots) {
+        let oldest = slots
+            .hubs
+            .iter()
+            .filter_map(|(key, e)| e.idle_since.filter(|_| e.leases == 0).map(|since| (since, key)))
+            .min_by_key(|(since, _)| *since)
+            .map(|(_, key)| key.clone());
+        if let Some(entry) = oldest.and_then(|key| slots.hubs.remove(&key)) {
+            entry.hub.close();
+            tracing::debug!(hub = %entry.hub.label(), id = entry.hub.id(), "closing an idle hub for a new key");
+            slots.closing.push(entry.hub);
+        }
+    }
+
     /// One lease on `key`'s hub `id` is gone.
     fn release(self: &Arc<Self>, key: &HubKey, id: u64) {
         let mut slots = self.lock();
@@ -243,15 +275,18 @@ impl Inner {
         }
         let since = Instant::now();
         entry.idle_since = Some(since);
+        // Closes it now if it is not listening (or the timeout is zero).
+        self.sweep(&mut slots);
         if self.options.idle_timeout.is_zero() {
-            self.sweep(&mut slots);
             return;
         }
         // A hub is there, so the thread is too.
         let Some(runtime) = slots.background.as_ref().map(|b| b.handle().clone()) else { return };
         drop(slots);
         let registry: Weak<Inner> = Arc::downgrade(self);
-        let due = tokio::time::Instant::from_std(since + self.options.idle_timeout);
+        // A timeout past any clock (Duration::MAX, "never") sets no timer.
+        let Some(due) = since.checked_add(self.options.idle_timeout) else { return };
+        let due = tokio::time::Instant::from_std(due);
         runtime.spawn(async move {
             tokio::time::sleep_until(due).await;
             let closing = {

@@ -271,8 +271,8 @@ async fn consume(
             slot.listening = false;
             slot.live = false;
         }
-        // Live or not yet, the stream is gone (its hub ended: closed, or its
-        // runtime dropped): everyone re-reads, and watches listen again at
+        // Live or not yet, the stream is gone (its hub ended, or the
+        // executor's own stream did): everyone re-reads, and watches listen again at
         // once (at most one attempt per RELISTEN_AFTER), rather than at
         // their next poll.
         tracing::debug!("the listen stream ended; waits poll until it comes back");
