@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use waymark_pool::PgPool;
-use waymark_store::Lease;
 use waymark_store::{ClaimRequest, NewTask, Store, TaskStatus};
+use waymark_store::{Lease, PgExecutor as _};
 use waymark_tests::{eventually, pool_store, TestDatabase, TestSchema};
 
 waymark_tests::wait_contract!(waymark_tests::pool_store);
@@ -267,7 +267,24 @@ async fn a_watch_whose_stream_ended_listens_again_before_its_poll() {
     let plain = pool_store(&schema).await;
     let (cut, cut_rx) = tokio::sync::watch::channel(false);
     let listens = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let executor = EndingListen { inner: plain.executor().clone(), cut: cut_rx, listens: listens.clone() };
+    // Its first stream ends once `cut` is true.
+    let counted = listens.clone();
+    let executor = HookedListen::new(plain.executor().clone(), move |pool, channels| {
+        let first = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+        let mut cut = cut_rx.clone();
+        Box::pin(async move {
+            use futures::StreamExt as _;
+            let channels: Vec<&str> = channels.iter().map(String::as_str).collect();
+            let stream = pool.listen(&channels).await?;
+            if !first {
+                return Ok(stream);
+            }
+            let ended = async move {
+                let _ = cut.wait_for(|cut| *cut).await;
+            };
+            Ok(stream.map(|s| s.take_until(ended).boxed()))
+        })
+    });
     let store = Arc::new(Store::new(executor));
     let queue = "stream-ended";
     let (queued_tx, mut queued) = tokio::sync::mpsc::unbounded_channel();
@@ -304,16 +321,37 @@ async fn a_watch_whose_stream_ended_listens_again_before_its_poll() {
     schema.drop().await;
 }
 
-/// The pool's executor, whose first LISTEN stream ends once `cut` is true.
-#[derive(Debug, Clone)]
-struct EndingListen {
+type Listened = Result<Option<waymark_store::NotificationStream>, waymark_store::ExecError>;
+type ListenHook = dyn Fn(PgPool, Vec<String>) -> futures::future::BoxFuture<'static, Listened> + Send + Sync;
+
+/// The pool's executor, its `listen` made by a test's hook (given the pool
+/// and the channels).
+#[derive(Clone)]
+struct HookedListen {
     inner: PgPool,
-    cut: tokio::sync::watch::Receiver<bool>,
-    listens: Arc<std::sync::atomic::AtomicUsize>,
+    hook: Arc<ListenHook>,
+}
+
+impl HookedListen {
+    fn new(
+        inner: PgPool,
+        hook: impl Fn(PgPool, Vec<String>) -> futures::future::BoxFuture<'static, Listened>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        HookedListen { inner, hook: Arc::new(hook) }
+    }
+}
+
+impl std::fmt::Debug for HookedListen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HookedListen").field("inner", &self.inner).finish_non_exhaustive()
+    }
 }
 
 #[async_trait::async_trait]
-impl waymark_store::PgExecutor for EndingListen {
+impl waymark_store::PgExecutor for HookedListen {
     type Transaction = <PgPool as waymark_store::PgExecutor>::Transaction;
 
     async fn query(
@@ -332,59 +370,8 @@ impl waymark_store::PgExecutor for EndingListen {
         self.inner.begin().await
     }
 
-    async fn listen(
-        &self,
-        channels: &[&str],
-    ) -> Result<Option<waymark_store::NotificationStream>, waymark_store::ExecError> {
-        use futures::StreamExt as _;
-        let first = self.listens.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
-        let stream = self.inner.listen(channels).await?;
-        if !first {
-            return Ok(stream);
-        }
-        let mut cut = self.cut.clone();
-        let ended = async move {
-            let _ = cut.wait_for(|cut| *cut).await;
-        };
-        Ok(stream.map(|s| s.take_until(ended).boxed()))
-    }
-}
-
-/// The pool's executor, each of its LISTEN attempts held until the test
-/// adds a permit for it.
-#[derive(Debug, Clone)]
-struct GatedListen {
-    inner: PgPool,
-    gate: Arc<tokio::sync::Semaphore>,
-}
-
-#[async_trait::async_trait]
-impl waymark_store::PgExecutor for GatedListen {
-    type Transaction = <PgPool as waymark_store::PgExecutor>::Transaction;
-
-    async fn query(
-        &self,
-        sql: waymark_store::Sql<'_>,
-        params: &[waymark_store::Value],
-    ) -> Result<Vec<waymark_store::Row>, waymark_store::ExecError> {
-        self.inner.query(sql, params).await
-    }
-
-    async fn execute_script(&self, script: &str) -> Result<(), waymark_store::ExecError> {
-        self.inner.execute_script(script).await
-    }
-
-    async fn begin(&self) -> Result<Self::Transaction, waymark_store::ExecError> {
-        self.inner.begin().await
-    }
-
-    async fn listen(
-        &self,
-        channels: &[&str],
-    ) -> Result<Option<waymark_store::NotificationStream>, waymark_store::ExecError> {
-        // One permit per attempt: the test counts attempts by what is left.
-        self.gate.acquire().await.expect("gate open").forget();
-        self.inner.listen(channels).await
+    async fn listen(&self, channels: &[&str]) -> Listened {
+        (self.hook)(self.inner.clone(), channels.iter().map(|c| (*c).to_owned()).collect()).await
     }
 }
 
@@ -399,7 +386,17 @@ async fn a_watch_dropped_while_it_listens_answers_its_poll_and_listens_again() {
     let schema = TestSchema::new().await;
     let plain = pool_store(&schema).await;
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let store = Store::new(GatedListen { inner: plain.executor().clone(), gate: gate.clone() });
+    // Each LISTEN attempt is held until the test adds a permit for it.
+    let permits = gate.clone();
+    let store = Store::new(HookedListen::new(plain.executor().clone(), move |pool, channels| {
+        let permits = permits.clone();
+        Box::pin(async move {
+            // One permit per attempt: the test counts attempts by what is left.
+            permits.acquire().await.expect("gate open").forget();
+            let channels: Vec<&str> = channels.iter().map(String::as_str).collect();
+            pool.listen(&channels).await
+        })
+    }));
     let mut watch = store.watch_queues(["gated"], Duration::from_secs(600));
     {
         let next = watch.next();
