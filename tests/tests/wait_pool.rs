@@ -414,3 +414,58 @@ async fn a_watch_dropped_while_it_listens_answers_its_poll_and_listens_again() {
         .await;
     schema.drop().await;
 }
+
+/// A store shared by two runtimes: the runtime whose watch listened first
+/// ends, with the store's LISTEN consumer on it, and the store listens
+/// again for a watch on the other, before that watch's poll (the store
+/// once thought itself listening for good then, and stayed deaf).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_listens_again_when_the_runtime_that_listened_first_ends() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let queue = "first-runtime-ended";
+    let other = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+            rt.block_on(async {
+                let mut watch = store.watch_queues([queue], Duration::from_secs(60));
+                watch.next().await;
+                eventually(Duration::from_secs(10), "the first runtime's watch listening", || async {
+                    store.is_watching()
+                })
+                .await;
+            });
+            drop(rt); // the store's consumer task goes with it
+        })
+    };
+    other.join().expect("the other runtime ends");
+    let (queued_tx, mut queued) = tokio::sync::mpsc::unbounded_channel();
+    let pump = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            // A poll a minute away: only a prompt listen brings the signal.
+            let mut watch = store.watch_queues([queue], Duration::from_secs(60));
+            loop {
+                if let waymark_store::Signal::Queued(q) = watch.next().await {
+                    let _ = queued_tx.send(q);
+                }
+            }
+        })
+    };
+    // A task submitted before the store listens again is read by the
+    // re-read that listening brings, so keep submitting until one is
+    // pushed: only a new LISTEN can push it.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let pushed = loop {
+        assert!(Instant::now() < deadline, "no queued signal pushed within 15 s");
+        store.submit(NewTask::new("x", json!({})).queue(queue)).await.expect("submit");
+        if let Ok(Some(q)) = tokio::time::timeout(Duration::from_millis(500), queued.recv()).await {
+            break q;
+        }
+    };
+    assert_eq!(pushed, queue);
+    pump.abort();
+    drop(store);
+    schema.drop().await;
+}

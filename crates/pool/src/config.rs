@@ -16,6 +16,10 @@ pub enum PoolError {
     /// A setting is out of range.
     #[error("invalid pool setting: {0}")]
     InvalidSetting(String),
+    /// Built outside a tokio runtime: the pool's idle reaper runs as a
+    /// task of the runtime it is built in.
+    #[error("a pool must be built inside a tokio runtime (its idle reaper runs as a task there)")]
+    NoRuntime,
 }
 
 /// Hard ceiling on `max_size`: a queue that needs more connections than this
@@ -206,6 +210,14 @@ impl PgPoolBuilder {
     }
 
     /// Builds the pool. Does not connect: the first call does.
+    ///
+    /// A pool belongs to the runtime it is built in: its idle reaper runs
+    /// there, and each connection is driven by the runtime of the call that
+    /// opened it. Build it inside the runtime that uses it, and one per
+    /// runtime if a program has several: when a runtime ends, the
+    /// connections it drove close (the pool notices and opens new ones),
+    /// and a pool whose own runtime ended closes idle connections no more.
+    /// LISTEN is not affected: its hubs run on a thread of their own.
     pub fn build(self) -> Result<PgPool, PoolError> {
         let bad = |msg: String| Err(PoolError::InvalidSetting(msg));
         if self.max_size == 0 || self.max_size > MAX_POOL_SIZE {
@@ -237,6 +249,9 @@ impl PgPoolBuilder {
             None => None,
         };
         let endpoint = self.endpoint(&self.url)?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(PoolError::NoRuntime);
+        }
         let listen_url = self.resolved_listen_url();
         let listen = self.endpoint(&listen_url).map_err(|e| match e {
             PoolError::InvalidUrl(why) => PoolError::InvalidUrl(format!("listen url: {why}")),

@@ -111,10 +111,17 @@ impl Drop for PoolTransaction {
             // failure heard long after the server came back must not open
             // it again (a statement that failed inside was counted then).
             Ok(handle) => {
+                // Broken until the rollback is heard: a runtime shutting
+                // down drops the task unrun, and the connection, still
+                // inside the transaction, must then go, not back to the pool.
+                lease.conn.broken = true;
                 handle.spawn(async move {
-                    if let Err(e) = lease.conn.client.batch_execute("rollback").await {
-                        tracing::warn!(error = %e, "rollback of a dropped transaction failed; discarding the connection");
-                        lease.conn.broken = true;
+                    match lease.conn.client.batch_execute("rollback").await {
+                        Ok(()) => lease.conn.broken = false,
+                        Err(e) => tracing::warn!(
+                            error = %e,
+                            "rollback of a dropped transaction failed; discarding the connection"
+                        ),
                     }
                 });
             }

@@ -247,40 +247,58 @@ async fn consume(
     channel: Channel,
     closed: impl std::future::Future<Output = ()>,
 ) {
+    let mut consuming = Consuming { signals: signals.clone(), channel, unfinished: true };
     let mut closed = std::pin::pin!(closed);
     loop {
         let event = tokio::select! {
             event = stream.next() => event,
+            // Dropping the stream releases the executor's listener.
             () = &mut closed => {
-                if let Some(s) = signals.upgrade() {
-                    let mut st = s.state.lock().expect("signals lock");
-                    let slot = st.slot(channel);
-                    (slot.listening, slot.live) = (false, false);
-                }
-                return; // dropping the stream releases the executor's listener
+                consuming.unfinished = false;
+                return;
             }
         };
         let Some(event) = event else { break };
         let Some(s) = signals.upgrade() else { return };
         s.dispatch(event, channel);
     }
-    if let Some(s) = signals.upgrade() {
+    // Live or not yet, the stream is gone (its hub ended, or the executor's
+    // own stream did): everyone re-reads, and watches listen again at once
+    // (at most one attempt per RELISTEN_AFTER), rather than at their next
+    // poll.
+    tracing::debug!("the listen stream ended; waits poll until it comes back");
+    consuming.unfinished = false;
+    drop(consuming);
+    // That first try may fall inside RELISTEN_AFTER of the last one: wake
+    // once more when it has passed, so a watch tries again then.
+    wake_when_listening_may_retry(signals, channel).await;
+}
+
+/// Gives back a consumer's claim on its channel however the consumer ends,
+/// and wakes everyone to re-read and listen again: also when its task is
+/// dropped unfinished (the runtime it was spawned on has ended, while the
+/// store lives on in another), or the store would think itself listening
+/// for good and never listen again. Dropped unfinished, it also lifts the
+/// [`RELISTEN_AFTER`] pause: the stream did not fail, and no delayed wake
+/// can be scheduled on a runtime that is going away.
+struct Consuming {
+    signals: Weak<Signals>,
+    channel: Channel,
+    unfinished: bool,
+}
+
+impl Drop for Consuming {
+    fn drop(&mut self) {
+        let Some(s) = self.signals.upgrade() else { return };
         {
-            let mut st = s.state.lock().expect("signals lock");
-            let slot = st.slot(channel);
-            slot.listening = false;
-            slot.live = false;
+            let mut st = s.state.lock().unwrap_or_else(|p| p.into_inner());
+            let slot = st.slot(self.channel);
+            (slot.listening, slot.live) = (false, false);
+            if self.unfinished {
+                slot.last_attempt = None;
+            }
         }
-        // Live or not yet, the stream is gone (its hub ended, or the
-        // executor's own stream did): everyone re-reads, and watches listen again at
-        // once (at most one attempt per RELISTEN_AFTER), rather than at
-        // their next poll.
-        tracing::debug!("the listen stream ended; waits poll until it comes back");
         s.wake_everyone();
-        // That first try may fall inside RELISTEN_AFTER of the last one:
-        // wake once more when it has passed, so a watch tries again then.
-        drop(s);
-        wake_when_listening_may_retry(signals, channel).await;
     }
 }
 
