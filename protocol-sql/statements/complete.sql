@@ -19,4 +19,8 @@ update cairnq_tasks as t
    and t.worker_id = :worker_id
    and t.lease_until_ms > clock.now_ms
    and (:attempt::int4 is null or t.attempt = :attempt)
-returning t.*
+returning t.id, t.name, t.queue, t.status, t.payload, t.result, t.error, t.metadata,
+          t.progress, t.message, t.attempt, t.max_attempts, t.priority, t.worker_id,
+          t.lease_until_ms, t.run_at_ms, t.cancel_requested_at_ms, t.parent_id,
+          t.root_id, t.correlation_id, t.created_at_ms, t.updated_at_ms,
+          t.completed_at_ms

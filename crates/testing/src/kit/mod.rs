@@ -69,6 +69,7 @@ macro_rules! store_contract {
             snooze_requeues_later_keeping_attempt_and_error,
             submit_batch_inserts_many_in_order,
             a_row_it_cannot_read_stops_nothing,
+            a_column_added_by_an_operator_is_never_read,
         );
     };
     (@cases $make:path; $schema:ty; $($case:ident),* $(,)?) => {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use waymark_store::{ClaimRequest, Error, ListFilter, NewTask, PgExecutor, Store, TaskStatus};
+use waymark_store::{ClaimRequest, Error, Failure, ListFilter, NewTask, PgExecutor, Store, TaskStatus};
 
 use super::{claim, raw};
 
@@ -110,4 +110,63 @@ pub async fn a_row_it_cannot_read_stops_nothing<E: PgExecutor>(store: &Store<E>)
         }
         other => panic!("expected UnreadableAnswer naming the result, got {other:?}"),
     }
+}
+
+/// Columns an operator added to the task table (of types no executor need
+/// decode: a timestamp, a uuid) are never read: every statement names the
+/// protocol's columns, so submits, reads, claims, heartbeats and every
+/// settlement go on as before, and so do cairnq's clients.
+pub async fn a_column_added_by_an_operator_is_never_read<E: PgExecutor>(store: &Store<E>) {
+    raw(
+        store,
+        "alter table cairnq_tasks add column added_at timestamptz not null default now(), \
+         add column tenant uuid default '6f1c1f0e-0000-4000-8000-000000000000'",
+    )
+    .await;
+    let plain = store.submit(NewTask::new("x", json!({ "n": 1 }))).await.expect("submit");
+    let keyed = store.submit(NewTask::new("x", json!({ "n": 2 })).key("added-column")).await.expect("keyed");
+    store.submit_batch((3..6).map(|n| NewTask::new("x", json!({ "n": n })))).await.expect("batch");
+    assert_eq!(store.fetch(&plain.id).await.expect("get").payload, json!({ "n": 1 }));
+    assert_eq!(store.get_by_key("added-column").await.expect("by key").map(|t| t.id), Some(keyed.id.clone()));
+    let listed = store.list(&ListFilter { limit: 100, ..ListFilter::default() }).await.expect("list");
+    assert_eq!(listed.len(), 5);
+
+    let claimed = store.claim(&claim("w1").limit(5)).await.expect("claim");
+    assert_eq!(claimed.len(), 5);
+    let leases: Vec<_> = claimed.iter().map(|t| t.lease().expect("a claimed task's lease")).collect();
+    store.heartbeat(&leases[0], Duration::from_secs(30)).await.expect("heartbeat");
+    store.progress(&leases[0], Some(0.5), Some("half")).await.expect("progress");
+    store.complete(&leases[0], json!({ "done": true })).await.expect("complete");
+    store.succeed(&leases[1], json!(1), Some("ok")).await.expect("succeed");
+    let failed = store
+        .fail(
+            &leases[2],
+            &Failure::new(json!({ "type": "E", "code": "e", "message": "m", "retryable": false }))
+                .retryable(false),
+        )
+        .await
+        .expect("fail");
+    assert_eq!(failed.status, TaskStatus::Failed);
+    store.release(&leases[3]).await.expect("release");
+    store.cancel(leases[4].task_id()).await.expect("cancel");
+    store.retry(&failed.id, false).await.expect("retry").expect("retried");
+    let mut statuses: Vec<TaskStatus> = store
+        .list(&ListFilter { limit: 100, ..ListFilter::default() })
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|t| t.status)
+        .collect();
+    statuses.sort_by_key(|s| format!("{s:?}"));
+    assert_eq!(
+        statuses,
+        [
+            TaskStatus::Queued,
+            TaskStatus::Queued,
+            TaskStatus::Running,
+            TaskStatus::Succeeded,
+            TaskStatus::Succeeded
+        ],
+        "released and retried queued, the cancel requested on a running task"
+    );
 }
