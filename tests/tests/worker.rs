@@ -202,6 +202,48 @@ async fn each_way_a_run_ends_writes_its_envelope() {
     schema.drop().await;
 }
 
+/// A result or an error PostgreSQL cannot store (a NUL character, which
+/// jsonb refuses) fails the task at once with an envelope that says so,
+/// rather than leaving it to run again each time its lease runs out and
+/// end as `lease_expired`. The result's failure is for good; the error's is
+/// as retryable as the handler said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_or_error_postgres_cannot_store_fails_the_task_at_once() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let w = ends_worker(&store)
+        .lease(Duration::from_secs(60))
+        .task("nul.result", |_ctx, _p: serde_json::Value| async move { Ok(json!({ "s": "a\u{0}b" })) })
+        .build()
+        .expect("worker");
+    let t = run_one(&store, w, "nul.result", json!({}), 3).await;
+    let e = t.error_envelope().expect("envelope");
+    assert_eq!(
+        (t.status, t.attempt, e.kind.as_str(), e.code.as_str(), e.retryable),
+        (TaskStatus::Failed, 1, "UnserializableResult", codes::UNSERIALIZABLE_RESULT, false),
+        "{e:?}"
+    );
+    assert!(e.message.contains("22P05"), "{}", e.message);
+
+    let w = ends_worker(&store)
+        .lease(Duration::from_secs(60))
+        .task(
+            "nul.error",
+            |_ctx, _p: serde_json::Value| async move { Err::<(), _>(TaskError::new("a\u{0}b")) },
+        )
+        .build()
+        .expect("worker");
+    let t = run_one(&store, w, "nul.error", json!({}), 3).await;
+    let e = t.error_envelope().expect("envelope");
+    // Retryable, as the handler said: queued again, due after the backoff.
+    assert_eq!(
+        (t.status, t.attempt, e.kind.as_str(), e.code.as_str(), e.retryable),
+        (TaskStatus::Queued, 1, "UnstorableError", codes::HANDLER_ERROR, true),
+        "{e:?}"
+    );
+    schema.drop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_with_no_handler_is_never_claimed_by_this_worker() {
     let schema = TestSchema::new().await;

@@ -411,9 +411,11 @@ async fn a_failed_claim_is_tried_again_soon_not_at_the_next_poll() {
     let worker = Worker::builder(store.clone())
         .queues([queue])
         .poll_interval(Duration::from_secs(120))
+        // A hook that panics, too: the worker catches it and goes on.
         .on_error(move |e| {
             if e.during == "claim" {
                 let _ = failed_tx.send(());
+                panic!("an on_error hook that panics");
             }
         })
         .task("x", |_ctx, _p: serde_json::Value| async move { Ok(json!({})) })

@@ -580,6 +580,44 @@ async fn a_blocking_closure_past_its_time_limit_keeps_its_resource_until_it_retu
     schema.drop().await;
 }
 
+/// A run past its time limit fires its token: a blocking closure, which
+/// cannot be dropped, hears it and can stop (the task is failed and may be
+/// claimed again meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_time_limit_fires_its_token_for_a_blocking_closure() {
+    let schema = TestSchema::new().await;
+    let store: S = Arc::new(pool_store(&schema).await);
+    let (heard_tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    let w = Worker::builder(store.clone())
+        .queues(["timed-token"])
+        .max_run_time(Duration::from_millis(200))
+        .blocking_task("timed.token", move |ctx, _p: serde_json::Value| {
+            // Real time: waits for the token, 20 s at most.
+            let started = std::time::Instant::now();
+            while !ctx.is_cancelled() && started.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = heard_tx.send(ctx.cancel_reason());
+            Ok(())
+        })
+        .build()
+        .expect("worker");
+    let id = store
+        .submit(NewTask::new("timed.token", json!({})).queue("timed-token").max_attempts(1))
+        .await
+        .expect("submit")
+        .id;
+    let (handle, run) = spawn(w);
+    let reason =
+        tokio::time::timeout(Duration::from_secs(30), heard.recv()).await.expect("the closure returns");
+    assert_eq!(reason, Some(Some(CancelReason::TimedOut)));
+    let t = store.wait(&id, Duration::from_secs(30)).await.expect("ends");
+    assert_eq!(t.error_envelope().expect("envelope").code, "handler_timeout");
+    handle.shutdown();
+    run.await.expect("worker");
+    schema.drop().await;
+}
+
 /// A handler's own settlement whose write never answers (here: the run is
 /// stopped by its time limit while the write waits) is still the one the
 /// worker makes, not the end the run's stop maps to.

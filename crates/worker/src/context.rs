@@ -19,6 +19,7 @@ use waymark_store::{
 
 /// Why a task's token fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CancelReason {
     /// Someone asked for the task to stop (`Store::cancel`); a settlement
     /// now ends it `canceled`.
@@ -29,6 +30,10 @@ pub enum CancelReason {
     /// The worker is shutting down past its grace period; the task will be
     /// given back to the queue.
     Shutdown,
+    /// The handler ran past the worker's `max_run_time`: the task is
+    /// failed (and retried if attempts remain), so stop. An async handler
+    /// is dropped then; a blocking closure cannot be, and should return.
+    TimedOut,
 }
 
 impl CancelReason {
@@ -38,6 +43,7 @@ impl CancelReason {
             CancelReason::Requested => 1,
             CancelReason::LeaseLost => 2,
             CancelReason::Shutdown => 3,
+            CancelReason::TimedOut => 4,
         }
     }
 
@@ -46,6 +52,7 @@ impl CancelReason {
             1 => Some(CancelReason::Requested),
             2 => Some(CancelReason::LeaseLost),
             3 => Some(CancelReason::Shutdown),
+            4 => Some(CancelReason::TimedOut),
             _ => None,
         }
     }
@@ -443,8 +450,9 @@ impl<E> TaskContext<E> {
         self.cancel_reason().is_some()
     }
 
-    /// Resolves when the token fires: a cancel request, a lost lease or
-    /// shutdown past the grace period. Select on it in long handlers.
+    /// Resolves when the token fires: a cancel request, a lost lease,
+    /// shutdown past the grace period, or the time limit. Select on it in
+    /// long handlers.
     pub async fn cancelled(&self) -> CancelReason {
         self.running.fired().await
     }

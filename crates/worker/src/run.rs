@@ -305,6 +305,9 @@ async fn run_batch<E: PgExecutor + 'static>(
         }
         Err(panic) => Some(Err(RunEnd::Panicked(panic_message(&panic)))),
     };
+    if matches!(outcome, Some(Err(RunEnd::TimedOut(_)))) {
+        running.iter().for_each(|r| r.cancel(CancelReason::TimedOut));
+    }
     let end_of = |task: &Task| -> Option<RunEnd> {
         if let Some(end) = ends.get(&task.id) {
             return Some(end.clone());
@@ -373,6 +376,10 @@ pub(crate) async fn run_handler<E: PgExecutor + 'static>(
         Ok(outcome) => RunEnd::Handler(outcome),
         Err(end) => end,
     };
+    if matches!(end, RunEnd::TimedOut(_)) {
+        // A blocking closure outlives its dropped future: tell it to stop.
+        running.cancel(CancelReason::TimedOut);
+    }
     running.observe_return(started.elapsed(), || error_type(&end));
     Some(end)
 }
@@ -422,12 +429,15 @@ async fn supervise<E, T>(shared: &Shared<E>, fut: impl Future<Output = T>) -> Op
         })
         .await;
     };
+    // The stop first: a call started under `stop_now` is dropped before
+    // its handler is polled at all.
     let result = tokio::select! {
+        biased;
+        _ = stopped => return None,
         r = bounded => match r {
             Ok(r) => r,
             Err(limit) => return Some(Err(RunEnd::TimedOut(limit))),
         },
-        _ = stopped => return None,
     };
     Some(result.map_err(|panic| RunEnd::Panicked(panic_message(&panic))))
 }
@@ -449,8 +459,16 @@ pub(crate) async fn settle<E: PgExecutor + 'static>(
     running: &Running,
     end: Option<RunEnd>,
 ) {
-    let Some(settlement) = settlement_for(shared, task, running, end) else { return };
-    let first = settler.settle(&shared.store, &settlement).await;
+    let Some(mut settlement) = settlement_for(shared, task, running, end) else { return };
+    let mut first = settler.settle(&shared.store, &settlement).await;
+    if let Some(instead) = first.as_ref().err().and_then(|e| refused_data_failure(&settlement, e)) {
+        if let Err(e) = &first {
+            tracing::warn!(task = %task.id, error = %e, "the settlement's data was refused; the task fails instead");
+        }
+        settlement = instead;
+        // Out of line, as `settle_again`: rare.
+        first = Box::pin(settler.settle(&shared.store, &settlement)).await;
+    }
     match first {
         Err(e) if e.is_transient() => {
             // Rare, and kept out of line: every run's future holds this
@@ -460,6 +478,39 @@ pub(crate) async fn settle<E: PgExecutor + 'static>(
         Err(e) if e.is_lost_lease() => Box::pin(lost_answer(shared, running, &settlement)).await,
         other => settled(shared, running, &settlement, other),
     }
+}
+
+/// What a settlement whose data PostgreSQL refused becomes: a class-22
+/// error (a NUL character in a string, which jsonb cannot hold; a number
+/// past its range) means it can never land as it is, and left alone the
+/// task would run again each time its lease ran out, to end as
+/// `lease_expired` with the cause lost. The task fails instead, with an
+/// envelope that says why and carries none of the refused data: for good
+/// when it was a result, as retryable as the handler said when it was an
+/// error. `None` for any other error.
+pub(crate) fn refused_data_failure(settlement: &Settlement, error: &Error) -> Option<Settlement> {
+    let state = error.sqlstate().filter(|s| s.starts_with("22"))?;
+    let refused = |what: &str| {
+        format!(
+            "PostgreSQL refused to store the handler's {what} (SQLSTATE {state}: a NUL character in a \
+             string, or a number past jsonb's range?): {error}"
+        )
+    };
+    let failure = match settlement {
+        Settlement::Complete { .. } => Failure::new(envelope(
+            "UnserializableResult",
+            codes::UNSERIALIZABLE_RESULT,
+            refused("result"),
+            false,
+        ))
+        .retryable(false),
+        Settlement::Fail { failure, .. } => Failure {
+            error: envelope("UnstorableError", codes::HANDLER_ERROR, refused("error"), failure.retryable),
+            ..failure.clone()
+        },
+        _ => return None,
+    };
+    Some(Settlement::Fail { lease: settlement.lease().clone(), failure })
 }
 
 /// A settlement answered "lost lease": the row tells the observer what

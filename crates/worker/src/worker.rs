@@ -122,8 +122,15 @@ pub(crate) struct Shared<E> {
 }
 
 impl<E> Shared<E> {
+    /// Calls the error hook. A hook that panics is caught and logged: it
+    /// is called from the heartbeat and from give-backs, which must go on.
     pub(crate) fn report(&self, during: impl Into<String>, error: Error) {
-        (self.on_error)(&WorkerError { during: during.into(), error });
+        let report = WorkerError { during: during.into(), error };
+        let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.on_error)(&report)));
+        if let Err(panic) = called {
+            let panic = crate::run::panic_message(&panic);
+            tracing::error!(during = %report.during, error = %report.error, "the worker's on_error hook panicked: {panic}");
+        }
     }
 
     /// The task names it has handlers for, sorted.
