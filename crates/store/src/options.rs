@@ -181,13 +181,40 @@ impl NewTask {
         if let Some(key) = &self.key {
             non_empty("key", key)?;
         }
+        let texts = [
+            ("task name", Some(&self.name)),
+            ("queue", Some(&self.queue)),
+            ("key", self.key.as_ref()),
+            ("parent_id", self.parent_id.as_ref()),
+            ("root_id", self.root_id.as_ref()),
+            ("correlation_id", self.correlation_id.as_ref()),
+        ];
+        for (what, text) in texts {
+            if text.is_some_and(|t| t.contains('\0')) {
+                return Err(Error::invalid(format!(
+                    "{what} holds a NUL character, which PostgreSQL text cannot"
+                )));
+            }
+        }
+        for (what, json) in [("payload", &self.payload), ("metadata", &self.metadata)] {
+            if holds_nul(json) {
+                return Err(Error::invalid(format!(
+                    "{what} holds a NUL character (\\u0000) in a string or a key, which PostgreSQL's jsonb cannot"
+                )));
+            }
+        }
         if self.max_attempts < 1 {
             return Err(Error::invalid(format!(
                 "max_attempts must be at least 1, got {}",
                 self.max_attempts
             )));
         }
-        millis("delay", self.delay)?;
+        if millis("delay", self.delay)? > MAX_DELAY_MS {
+            return Err(Error::invalid(format!(
+                "delay of {:?} is too long: at most 10,000 years",
+                self.delay
+            )));
+        }
         if !self.metadata.is_object() {
             return Err(Error::invalid("metadata must be a JSON object"));
         }
@@ -365,6 +392,20 @@ pub(crate) fn lease_millis(d: Duration) -> Result<i64> {
     match millis("lease", d)? {
         0 => Err(Error::invalid(format!("lease must be at least 1 ms, got {d:?}"))),
         ms => Ok(ms),
+    }
+}
+
+/// The longest delay a task may be submitted with: 10,000 years, so that
+/// its due time (now plus the delay, in ms) stays far inside bigint.
+const MAX_DELAY_MS: i64 = 10_000 * 36_525 * 24 * 3_600 * 10;
+
+/// Whether `json` holds a NUL character in a string or a key.
+fn holds_nul(json: &Json) -> bool {
+    match json {
+        Json::String(s) => s.contains('\0'),
+        Json::Array(items) => items.iter().any(holds_nul),
+        Json::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
+        _ => false,
     }
 }
 

@@ -69,6 +69,29 @@ pub async fn bad_arguments_are_refused_with_a_clear_error<E: PgExecutor>(store: 
         store.submit(NewTask::new("x", json!({})).metadata(json!([1]))).await,
         "metadata must be a JSON object",
     );
+    // Past bigint once added to the clock, or what PostgreSQL cannot hold.
+    assert_invalid(
+        store.submit(NewTask::new("x", json!({})).delay(Duration::from_secs(1 << 50))).await,
+        "is too long: at most 10,000 years",
+    );
+    assert_invalid(store.submit(NewTask::new("x\u{0}y", json!({}))).await, "task name holds a NUL character");
+    assert_invalid(
+        store.submit(NewTask::new("x", json!({})).correlation_id("c\u{0}")).await,
+        "correlation_id holds a NUL character",
+    );
+    assert_invalid(
+        store.submit(NewTask::new("x", json!({ "deep": [{ "s": "a\u{0}" }] }))).await,
+        "payload holds a NUL character",
+    );
+    assert_invalid(
+        store
+            .submit_batch([
+                NewTask::new("x", json!({})),
+                NewTask::new("x", json!({})).metadata(json!({ "k\u{0}": 1 })),
+            ])
+            .await,
+        "task 1 of the batch: metadata holds a NUL character",
+    );
     assert_invalid("first-wins".parse::<Conflict>(), "unknown conflict strategy \"first-wins\"");
     assert_invalid("done".parse::<TaskStatus>(), "unknown task status \"done\"");
     let mut purge = PurgeFilter::older_than(Duration::ZERO);
