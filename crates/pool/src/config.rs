@@ -265,6 +265,15 @@ impl PgPoolBuilder {
 mod listen_url_tests {
     use super::*;
 
+    /// Outside a runtime a clear error, not tokio's panic (bb8 spawns its
+    /// reaper where the pool is built).
+    #[test]
+    fn a_pool_built_outside_a_runtime_is_refused() {
+        let err = PgPool::builder("postgres://u@db/app").build().expect_err("no runtime");
+        assert!(matches!(err, PoolError::NoRuntime), "{err}");
+        assert!(err.to_string().contains("inside a tokio runtime"), "{err}");
+    }
+
     #[tokio::test]
     async fn the_listen_url_is_the_direct_host_behind_a_pooler_or_as_given() {
         let pooled = PgPool::builder("postgres://u@ep-1-pooler.eu.example.tech/db?sslmode=require")

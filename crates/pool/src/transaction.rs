@@ -114,10 +114,12 @@ impl Drop for PoolTransaction {
                 // Broken until the rollback is heard: a runtime shutting
                 // down drops the task unrun, and the connection, still
                 // inside the transaction, must then go, not back to the pool.
-                lease.conn.broken = true;
+                // (A mark it had already, from a statement that timed out
+                // inside, stays.)
+                let was_broken = std::mem::replace(&mut lease.conn.broken, true);
                 handle.spawn(async move {
                     match lease.conn.client.batch_execute("rollback").await {
-                        Ok(()) => lease.conn.broken = false,
+                        Ok(()) => lease.conn.broken = was_broken,
                         Err(e) => tracing::warn!(
                             error = %e,
                             "rollback of a dropped transaction failed; discarding the connection"

@@ -397,7 +397,10 @@ pub(crate) fn lease_millis(d: Duration) -> Result<i64> {
 
 /// The longest delay a task may be submitted with: 10,000 years, so that
 /// its due time (now plus the delay, in ms) stays far inside bigint.
-const MAX_DELAY_MS: i64 = 10_000 * 36_525 * 24 * 3_600 * 10;
+const MAX_DELAY_MS: i64 = 10_000 * MS_PER_YEAR;
+
+/// Milliseconds in a year of 365.25 days.
+const MS_PER_YEAR: i64 = 31_557_600_000;
 
 /// Whether `json` holds a NUL character in a string or a key.
 fn holds_nul(json: &Json) -> bool {

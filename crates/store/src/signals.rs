@@ -149,7 +149,10 @@ impl Signals {
         match answer {
             Ok(Some(stream)) => {
                 claim.signals = None; // the consumer owns the flag now
-                tokio::spawn(consume(Arc::downgrade(self), stream, channel, life.closed()));
+                                      // Made before the spawn: a task dropped before its first
+                                      // poll (its runtime shutting down) still gives it back.
+                let consuming = Consuming { signals: Arc::downgrade(self), channel, unfinished: true };
+                tokio::spawn(consume(consuming, stream, life.closed()));
             }
             Ok(None) => {}
             Err(e) => tracing::debug!(error = %e, "listen failed; waits poll until it comes back"),
@@ -242,12 +245,11 @@ async fn wake_when_listening_may_retry(signals: Weak<Signals>, channel: Channel)
 /// Routes one LISTEN stream until it ends, the store closes (the stream is
 /// dropped then, and with it the executor's listener), or the store is gone.
 async fn consume(
-    signals: Weak<Signals>,
+    mut consuming: Consuming,
     mut stream: NotificationStream,
-    channel: Channel,
     closed: impl std::future::Future<Output = ()>,
 ) {
-    let mut consuming = Consuming { signals: signals.clone(), channel, unfinished: true };
+    let (signals, channel) = (consuming.signals.clone(), consuming.channel);
     let mut closed = std::pin::pin!(closed);
     loop {
         let event = tokio::select! {

@@ -630,12 +630,21 @@ pub(crate) async fn settle_again<E: PgExecutor + 'static>(
     shared: &Arc<Shared<E>>,
     settler: &Settler,
     running: &Running,
-    settlement: Settlement,
+    mut settlement: Settlement,
     error: Error,
 ) {
     let deadline = Instant::now() + shared.settings.lease / 2;
     let again = || settler.settle(&shared.store, &settlement);
-    let out = while_passing(Err(error), deadline, || running.is_lost(), settlement.task_id(), again).await;
+    let mut out =
+        while_passing(Err(error), deadline, || running.is_lost(), settlement.task_id(), again).await;
+    // Its data refused once it reached the server: it fails instead, as in
+    // `settle`.
+    if let Some(instead) = out.as_ref().err().and_then(|e| refused_data_failure(&settlement, e)) {
+        settlement = instead;
+        let first = settler.settle(&shared.store, &settlement).await;
+        let again = || settler.settle(&shared.store, &settlement);
+        out = while_passing(first, deadline, || running.is_lost(), settlement.task_id(), again).await;
+    }
     if out.is_err() && running.is_lost() {
         tracing::debug!(task = %settlement.task_id(), "lease lost while a settlement was retried");
         return;
