@@ -13,7 +13,10 @@ update cairnq_tasks as t
    set status = 'running',
        worker_id = :worker_id,
        lease_until_ms = clock.now_ms + :lease_ms,
-       attempt = t.attempt + 1,
+       -- attempt + 1, kept between 1 and the int4 maximum for a row written
+       -- out of range by plain SQL (negative, or at the top), which would fail
+       -- the whole claim or every later write to it (see README.md)
+       attempt = least(greatest(t.attempt, 0), 2147483646) + 1,
        updated_at_ms = clock.now_ms
   from clock
  where t.id = any(array(

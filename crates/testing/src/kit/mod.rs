@@ -70,6 +70,7 @@ macro_rules! store_contract {
             submit_batch_inserts_many_in_order,
             a_row_it_cannot_read_stops_nothing,
             a_column_added_by_an_operator_is_never_read,
+            an_attempt_out_of_range_stops_no_claim,
         );
     };
     (@cases $make:path; $schema:ty; $($case:ident),* $(,)?) => {

@@ -170,3 +170,36 @@ pub async fn a_column_added_by_an_operator_is_never_read<E: PgExecutor>(store: &
         "released and retried queued, the cancel requested on a running task"
     );
 }
+
+/// Rows whose attempt plain SQL wrote out of range (at int4's top, or
+/// negative) stop no claim: each is claimed with an attempt a lease can be
+/// fenced to, beside the good rows, and settles like any other.
+pub async fn an_attempt_out_of_range_stops_no_claim<E: PgExecutor>(store: &Store<E>) {
+    let good = store.submit_batch((0..3).map(|n| NewTask::new("x", json!({ "n": n })))).await.expect("batch");
+    let (top, negative) = ("task_01ATTEMPTATTHETOP0000000", "task_01NEGATIVEATTEMPT0000000");
+    for (id, attempt) in [(top, i32::MAX), (negative, -3)] {
+        raw(
+            store,
+            &format!(
+                "insert into cairnq_tasks (id, name, queue, status, payload, attempt, max_attempts, run_at_ms, \
+                 root_id, created_at_ms, updated_at_ms) \
+                 values ('{id}', 'x', 'default', 'queued', '{{}}', {attempt}, {attempt}, 0, '{id}', 0, 0)"
+            ),
+        )
+        .await;
+    }
+    let claimed = store.claim(&claim("w1").limit(10)).await.expect("a claim past both rows");
+    assert_eq!(claimed.len(), 5, "the good rows and both odd ones");
+    for t in &claimed {
+        let lease = t.lease().expect("every claimed row can be fenced");
+        store.complete(&lease, json!(null)).await.expect("settles");
+    }
+    let attempts: Vec<(String, i32)> = claimed
+        .iter()
+        .filter(|t| !good.contains(&t.id))
+        .map(|t| (t.id.clone(), t.attempt))
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_iter()
+        .collect();
+    assert_eq!(attempts, [(top.to_owned(), i32::MAX), (negative.to_owned(), 1)]);
+}
