@@ -287,35 +287,13 @@ async fn a_watch_whose_stream_ended_listens_again_before_its_poll() {
     });
     let store = Arc::new(Store::new(executor));
     let queue = "stream-ended";
-    let (queued_tx, mut queued) = tokio::sync::mpsc::unbounded_channel();
-    let pump = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            // A poll a minute away: only a prompt listen brings the signal.
-            let mut watch = store.watch_queues([queue], Duration::from_secs(60));
-            loop {
-                if let waymark_store::Signal::Queued(q) = watch.next().await {
-                    let _ = queued_tx.send(q);
-                }
-            }
-        })
-    };
+    let (pump, mut queued) = pump_queued(&store, queue);
     eventually(Duration::from_secs(10), "the watch listening", || async { store.is_watching() }).await;
     cut.send_replace(true);
-    // A task submitted before the watch listens again is read by the
-    // re-read that listening brings, so keep submitting until one is
-    // pushed: only a new LISTEN can push it.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let pushed = loop {
-        assert!(Instant::now() < deadline, "no queued signal pushed within 15 s");
-        store.submit(NewTask::new("x", json!({})).queue(queue)).await.expect("submit");
-        if let Ok(Some(q)) = tokio::time::timeout(Duration::from_millis(500), queued.recv()).await {
-            if listens.load(std::sync::atomic::Ordering::SeqCst) >= 2 {
-                break q;
-            }
-        }
-    };
-    assert_eq!(pushed, queue);
+    submit_until_pushed(&store, queue, &mut queued, || {
+        listens.load(std::sync::atomic::Ordering::SeqCst) >= 2
+    })
+    .await;
     pump.abort();
     drop(store);
     schema.drop().await;
@@ -440,32 +418,52 @@ async fn a_store_listens_again_when_the_runtime_that_listened_first_ends() {
         })
     };
     other.join().expect("the other runtime ends");
-    let (queued_tx, mut queued) = tokio::sync::mpsc::unbounded_channel();
-    let pump = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            // A poll a minute away: only a prompt listen brings the signal.
-            let mut watch = store.watch_queues([queue], Duration::from_secs(60));
-            loop {
-                if let waymark_store::Signal::Queued(q) = watch.next().await {
-                    let _ = queued_tx.send(q);
-                }
-            }
-        })
-    };
-    // A task submitted before the store listens again is read by the
-    // re-read that listening brings, so keep submitting until one is
-    // pushed: only a new LISTEN can push it.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let pushed = loop {
-        assert!(Instant::now() < deadline, "no queued signal pushed within 15 s");
-        store.submit(NewTask::new("x", json!({})).queue(queue)).await.expect("submit");
-        if let Ok(Some(q)) = tokio::time::timeout(Duration::from_millis(500), queued.recv()).await {
-            break q;
-        }
-    };
-    assert_eq!(pushed, queue);
+    let (pump, mut queued) = pump_queued(&store, queue);
+    submit_until_pushed(&store, queue, &mut queued, || true).await;
     pump.abort();
     drop(store);
     schema.drop().await;
+}
+
+/// A watch on `queue` whose poll is a minute away, in a task of its own:
+/// the queues of the `Queued` signals pushed to it come out of the
+/// receiver (only a prompt listen brings one).
+fn pump_queued<E: waymark_store::PgExecutor + 'static>(
+    store: &Arc<Store<E>>,
+    queue: &'static str,
+) -> (tokio::task::JoinHandle<()>, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let (queued_tx, queued) = tokio::sync::mpsc::unbounded_channel();
+    let store = store.clone();
+    let pump = tokio::spawn(async move {
+        let mut watch = store.watch_queues([queue], Duration::from_secs(60));
+        loop {
+            if let waymark_store::Signal::Queued(q) = watch.next().await {
+                let _ = queued_tx.send(q);
+            }
+        }
+    });
+    (pump, queued)
+}
+
+/// Submits to `queue` until a submit's signal is pushed while `counts`
+/// holds, 15 s at most. A task submitted before the store listens again is
+/// read by the re-read that listening brings, so keep submitting: only a
+/// new LISTEN can push one.
+async fn submit_until_pushed<E: waymark_store::PgExecutor>(
+    store: &Store<E>,
+    queue: &str,
+    queued: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    counts: impl Fn() -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        assert!(Instant::now() < deadline, "no queued signal pushed within 15 s");
+        store.submit(NewTask::new("x", json!({})).queue(queue)).await.expect("submit");
+        if let Ok(Some(q)) = tokio::time::timeout(Duration::from_millis(500), queued.recv()).await {
+            if counts() {
+                assert_eq!(q, queue);
+                return;
+            }
+        }
+    }
 }
