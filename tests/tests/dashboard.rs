@@ -104,6 +104,21 @@ async fn the_page_follows_a_worker_live_and_a_failed_task_is_retried_with_its_bu
     browser.wait_text(&cell("succeeded"), "four succeeded", WAIT, |t| t == "4").await;
     let done = store.fetch(&flaky.id).await.unwrap();
     assert_eq!((done.status, done.attempt, done.result), (TaskStatus::Succeeded, 2, Some(json!("charged"))));
+    // A row another client wrote that waymark cannot read shows why.
+    let odd = "task_01UIUNREADABLEPAYLOAD0000";
+    waymark_store::PgExecutor::execute_script(
+        store.executor(),
+        &format!(
+            "insert into cairnq_tasks (id, name, queue, status, payload, run_at_ms, root_id, created_at_ms, \
+             updated_at_ms) values ('{odd}', 'ui.odd', 'ui-odd', 'queued', '{{\"n\": 1e400}}', 0, '{odd}', 0, 0)"
+        ),
+    )
+    .await
+    .unwrap();
+    browser.execute(&format!("show('{odd}')"));
+    browser.wait_text("#detail dd[data-field='id']", "the odd task's detail", WAIT, |t| t == odd).await;
+    let detail = browser.text("#detail-body").unwrap_or_default();
+    assert!(detail.contains("unreadable: "), "the unreadable payload says so: {detail}");
     // Every task of the queue, for the screenshot.
     browser.execute(
         "document.getElementById('f-status').value = ''; document.getElementById('filters').requestSubmit();",

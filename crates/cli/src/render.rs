@@ -125,10 +125,15 @@ pub fn task(t: &Task) -> String {
         ("correlation", opt(&t.correlation_id)),
     ];
     let json = |v: &serde_json::Value| serde_json::to_string(v).unwrap_or_default();
-    lines.push(("payload", json(&t.payload)));
-    lines.push(("metadata", json(&t.metadata)));
-    lines.push(("result", t.result.as_ref().map(json).unwrap_or_else(|| "-".to_owned())));
-    lines.push(("error", t.error.as_ref().map(json).unwrap_or_else(|| "-".to_owned())));
+    // A column waymark could not read shows why, not the null it holds.
+    let cell = |column: &str, v: Option<&serde_json::Value>| match t.unreadable_column(column) {
+        Some(why) => format!("(unreadable: {})", why.reason),
+        None => v.map(json).unwrap_or_else(|| "-".to_owned()),
+    };
+    lines.push(("payload", cell("payload", Some(&t.payload))));
+    lines.push(("metadata", cell("metadata", Some(&t.metadata))));
+    lines.push(("result", cell("result", t.result.as_ref())));
+    lines.push(("error", cell("error", t.error.as_ref())));
     let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     lines.iter().map(|(k, v)| format!("{k:<width$}  {}\n", clean(v))).collect()
 }
@@ -181,6 +186,23 @@ mod tests {
     fn escape_sequences_never_reach_the_terminal() {
         let t = table(&["name"], &[vec!["evil\x1b]52;c;aGk=\x07name".into()]]);
         assert!(!t.contains('\x1b') && !t.contains('\x07'), "{t:?}");
+    }
+
+    #[test]
+    fn a_column_waymark_could_not_read_shows_why_not_null() {
+        let t: Task = serde_json::from_value(serde_json::json!({
+            "id": "task_1", "name": "x", "queue": "q", "status": "queued", "payload": null,
+            "result": null, "error": null, "metadata": {}, "progress": null, "message": null,
+            "attempt": 0, "max_attempts": 3, "priority": 0, "worker_id": null,
+            "lease_until_ms": null, "run_at_ms": 0, "cancel_requested_at_ms": null,
+            "parent_id": null, "root_id": "task_1", "correlation_id": null,
+            "created_at_ms": 0, "updated_at_ms": 0, "completed_at_ms": null,
+            "unreadable": [{ "column": "payload", "reason": "number out of range" }],
+        }))
+        .expect("a task");
+        let shown = task(&t);
+        assert!(shown.contains("payload       (unreadable: number out of range)"), "{shown}");
+        assert!(shown.contains("metadata      {}"), "{shown}");
     }
 
     #[test]
