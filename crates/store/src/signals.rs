@@ -148,9 +148,10 @@ impl Signals {
         claim.answered = true;
         match answer {
             Ok(Some(stream)) => {
-                claim.signals = None; // the consumer owns the flag now
-                                      // Made before the spawn: a task dropped before its first
-                                      // poll (its runtime shutting down) still gives it back.
+                // The consumer owns the flag now. Its guard is made before
+                // the spawn: a task dropped before its first poll (its
+                // runtime shutting down) still gives the flag back.
+                claim.signals = None;
                 let consuming = Consuming { signals: Arc::downgrade(self), channel, unfinished: true };
                 tokio::spawn(consume(consuming, stream, life.closed()));
             }

@@ -640,6 +640,12 @@ pub(crate) async fn settle_again<E: PgExecutor + 'static>(
     // Its data refused once it reached the server: it fails instead, as in
     // `settle`.
     if let Some(instead) = out.as_ref().err().and_then(|e| refused_data_failure(&settlement, e)) {
+        if running.is_lost() {
+            return; // the lease went meanwhile: nothing of this run may land
+        }
+        if let Err(e) = &out {
+            tracing::warn!(task = %settlement.task_id(), error = %e, "the settlement's data was refused; the task fails instead");
+        }
         settlement = instead;
         let first = settler.settle(&shared.store, &settlement).await;
         let again = || settler.settle(&shared.store, &settlement);
