@@ -149,9 +149,23 @@ impl fmt::Display for Unreadable {
 }
 
 impl Task {
-    /// The stored error parsed as an envelope, when it has one of that shape.
+    /// The stored error as an envelope, when there is one. An error that
+    /// is not shaped as an envelope (a plain string, a `code` that is a
+    /// number), as another client or plain SQL may write it, is kept
+    /// rather than dropped: its text is the message, the value itself the
+    /// details, and the type and code are empty.
     pub fn error_envelope(&self) -> Option<ErrorEnvelope> {
-        self.error.clone().and_then(|e| serde_json::from_value(e).ok())
+        let error = self.error.as_ref()?;
+        Some(serde_json::from_value(error.clone()).unwrap_or_else(|_| ErrorEnvelope {
+            kind: String::new(),
+            code: String::new(),
+            message: match error {
+                Json::String(s) => s.clone(),
+                other => other.to_string(),
+            },
+            retryable: false,
+            details: error.clone(),
+        }))
     }
 
     /// Whether a handler could not see this task as it was submitted: its
@@ -559,6 +573,37 @@ pub(crate) fn status(row: &mut impl Cells, col: &str) -> Result<TaskStatus> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
+    /// A queued task read from a row of the table's columns.
+    fn plain_task() -> Task {
+        let cells = TASK_COLUMNS.iter().map(|c| {
+            let v = match *c {
+                "id" | "root_id" | "name" | "queue" => Value::from("t"),
+                "status" => Value::from("failed"),
+                "payload" | "metadata" => Value::Jsonb(Json::Object(Default::default())),
+                "attempt" | "max_attempts" | "priority" => Value::Int4(1),
+                "run_at_ms" | "created_at_ms" | "updated_at_ms" => Value::Int8(5),
+                _ => Value::Null,
+            };
+            ((*c).to_owned(), v)
+        });
+        Task::from_rows(vec![Row::new(cells.collect())]).expect("decode").remove(0)
+    }
+
+    #[test]
+    fn an_error_not_shaped_as_an_envelope_is_kept_not_dropped() {
+        let with = |error: Json| Task { error: Some(error), ..plain_task() };
+        let e = with(json!("boom")).error_envelope().expect("kept");
+        assert_eq!((e.kind.as_str(), e.code.as_str(), e.message.as_str()), ("", "", "boom"));
+        let e = with(json!({ "type": "E", "code": 7, "message": "m" })).error_envelope().expect("kept");
+        assert_eq!(e.message, r#"{"code":7,"message":"m","type":"E"}"#);
+        assert_eq!(e.details, json!({ "type": "E", "code": 7, "message": "m" }));
+        let e = with(json!({ "type": "E", "code": "c", "message": "m", "retryable": true })).error_envelope();
+        assert_eq!(e.map(|e| (e.code, e.retryable)), Some(("c".to_owned(), true)));
+        assert_eq!(plain_task().error_envelope(), None);
+    }
+
     use super::*;
 
     /// `TASK_COLUMNS` is the table's own order: else no claim would take
