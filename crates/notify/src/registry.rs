@@ -215,8 +215,9 @@ impl Inner {
 
     /// Closes the hubs idle for the whole idle timeout, and idle ones that
     /// are down, connecting or in standby (kept warm for nothing: a server
-    /// gone, a database dropped); forgets closing hubs whose task has ended, and hubs whose
-    /// task ended on its own without a verdict (a panic in it). An
+    /// gone, a database dropped); forgets closing hubs whose task has
+    /// ended, and hubs whose task ended on its own without a verdict (a
+    /// panic in it). An
     /// [`Unavailable`](HubState::Unavailable) hub stays while leased, so
     /// that its callers keep polling instead of probing again.
     fn sweep(&self, slots: &mut Slots) {
@@ -241,11 +242,7 @@ impl Inner {
             .map(|(key, _)| key.clone())
             .collect();
         for key in expired {
-            if let Some(entry) = slots.hubs.remove(&key) {
-                entry.hub.close();
-                tracing::debug!(hub = %entry.hub.label(), id = entry.hub.id(), "closing an idle hub");
-                slots.closing.push(entry.hub);
-            }
+            close(slots, &key, "closing an idle hub");
         }
         slots.closing.retain(|hub| !hub.is_finished());
     }
@@ -258,10 +255,8 @@ impl Inner {
             .filter_map(|(key, e)| e.idle_since.filter(|_| e.leases == 0).map(|since| (since, key)))
             .min_by_key(|(since, _)| *since)
             .map(|(_, key)| key.clone());
-        if let Some(entry) = oldest.and_then(|key| slots.hubs.remove(&key)) {
-            entry.hub.close();
-            tracing::debug!(hub = %entry.hub.label(), id = entry.hub.id(), "closing an idle hub for a new key");
-            slots.closing.push(entry.hub);
+        if let Some(key) = oldest {
+            close(slots, &key, "closing an idle hub for a new key");
         }
     }
 
@@ -305,6 +300,16 @@ impl Inner {
                 }
             }
         });
+    }
+}
+
+/// Closes `key`'s hub, if it has one: it leaves the leasable hubs and keeps
+/// its slot among the closing ones until its task has ended.
+fn close(slots: &mut Slots, key: &HubKey, why: &str) {
+    if let Some(entry) = slots.hubs.remove(key) {
+        entry.hub.close();
+        tracing::debug!(hub = %entry.hub.label(), id = entry.hub.id(), "{why}");
+        slots.closing.push(entry.hub);
     }
 }
 

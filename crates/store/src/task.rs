@@ -575,20 +575,30 @@ pub(crate) fn status(row: &mut impl Cells, col: &str) -> Result<TaskStatus> {
 mod tests {
     use serde_json::json;
 
-    /// A queued task read from a row of the table's columns.
-    fn plain_task() -> Task {
-        let cells = TASK_COLUMNS.iter().map(|c| {
-            let v = match *c {
-                "id" | "root_id" | "name" | "queue" => Value::from("t"),
-                "status" => Value::from("failed"),
+    use super::*;
+
+    /// The cells of a running task `id` in `TASK_COLUMNS` order, the
+    /// optional ones null.
+    fn cells(id: &str) -> Vec<Value> {
+        TASK_COLUMNS
+            .iter()
+            .map(|c| match *c {
+                "id" | "root_id" => Value::from(id),
+                "name" => Value::from("n"),
+                "queue" => Value::from("q"),
+                "status" => Value::from("running"),
                 "payload" | "metadata" => Value::Jsonb(Json::Object(Default::default())),
                 "attempt" | "max_attempts" | "priority" => Value::Int4(1),
                 "run_at_ms" | "created_at_ms" | "updated_at_ms" => Value::Int8(5),
                 _ => Value::Null,
-            };
-            ((*c).to_owned(), v)
-        });
-        Task::from_rows(vec![Row::new(cells.collect())]).expect("decode").remove(0)
+            })
+            .collect()
+    }
+
+    /// A task read from [`cells`], by name.
+    fn plain_task() -> Task {
+        let row = Row::new(TASK_COLUMNS.iter().map(|n| (*n).to_owned()).zip(cells("t")).collect());
+        Task::from_rows(vec![row]).expect("decode").remove(0)
     }
 
     #[test]
@@ -603,8 +613,6 @@ mod tests {
         assert_eq!(e.map(|e| (e.code, e.retryable)), Some(("c".to_owned(), true)));
         assert_eq!(plain_task().error_envelope(), None);
     }
-
-    use super::*;
 
     /// `TASK_COLUMNS` is the table's own order: else no claim would take
     /// the positional path (it would fall back to names, slower but right).
@@ -626,21 +634,6 @@ mod tests {
     #[test]
     fn rows_in_the_tables_order_decode_by_position_and_others_by_name() {
         let names: Arc<[String]> = TASK_COLUMNS.iter().map(|n| (*n).to_owned()).collect();
-        let cells = |id: &str| -> Vec<Value> {
-            TASK_COLUMNS
-                .iter()
-                .map(|c| match *c {
-                    "id" | "root_id" => Value::from(id),
-                    "name" => Value::from("n"),
-                    "queue" => Value::from("q"),
-                    "status" => Value::from("running"),
-                    "payload" | "metadata" => Value::Jsonb(Json::Object(Default::default())),
-                    "attempt" | "max_attempts" | "priority" => Value::Int4(1),
-                    "run_at_ms" | "created_at_ms" | "updated_at_ms" => Value::Int8(5),
-                    _ => Value::Null,
-                })
-                .collect()
-        };
         let rows = vec![Row::with_names(names.clone(), cells("a")), Row::with_names(names, cells("b"))];
         let tasks = Task::from_rows(rows).expect("decode");
         assert_eq!(tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["a", "b"]);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use tokio::task::JoinSet;
-use waymark_store::{codes, Error, Failure, Lease, PgExecutor, Settlement, Task};
+use waymark_store::{codes, Error, Failure, Lease, PgExecutor, Settled, Settlement, Task};
 
 use crate::context::{CancelReason, Running, TaskContext};
 use crate::error::envelope;
@@ -461,10 +461,7 @@ pub(crate) async fn settle<E: PgExecutor + 'static>(
 ) {
     let Some(mut settlement) = settlement_for(shared, task, running, end) else { return };
     let mut first = settler.settle(&shared.store, &settlement).await;
-    if let Some(instead) = first.as_ref().err().and_then(|e| refused_data_failure(&settlement, e)) {
-        if let Err(e) = &first {
-            tracing::warn!(task = %task.id, error = %e, "the settlement's data was refused; the task fails instead");
-        }
+    if let Some(instead) = refused_data_failure(&settlement, &first) {
         settlement = instead;
         // Out of line, as `settle_again`: rare.
         first = Box::pin(settler.settle(&shared.store, &settlement)).await;
@@ -487,8 +484,9 @@ pub(crate) async fn settle<E: PgExecutor + 'static>(
 /// `lease_expired` with the cause lost. The task fails instead, with an
 /// envelope that says why and carries none of the refused data: for good
 /// when it was a result, as retryable as the handler said when it was an
-/// error. `None` for any other error.
-pub(crate) fn refused_data_failure(settlement: &Settlement, error: &Error) -> Option<Settlement> {
+/// error. `None` for any other answer. The refusal is logged.
+fn refused_data_failure(settlement: &Settlement, answer: &Result<Settled, Error>) -> Option<Settlement> {
+    let error = answer.as_ref().err()?;
     let state = error.sqlstate().filter(|s| s.starts_with("22"))?;
     let refused = |what: &str| {
         format!(
@@ -510,6 +508,7 @@ pub(crate) fn refused_data_failure(settlement: &Settlement, error: &Error) -> Op
         },
         _ => return None,
     };
+    tracing::warn!(task = %settlement.task_id(), error = %error, "the settlement's data was refused; the task fails instead");
     Some(Settlement::Fail { lease: settlement.lease().clone(), failure })
 }
 
@@ -608,7 +607,7 @@ pub(crate) fn settled<E>(
     shared: &Shared<E>,
     running: &Running,
     settlement: &Settlement,
-    answer: Result<waymark_store::Settled, Error>,
+    answer: Result<Settled, Error>,
 ) {
     match answer {
         Ok(s) => {
@@ -638,14 +637,10 @@ pub(crate) async fn settle_again<E: PgExecutor + 'static>(
     let mut out =
         while_passing(Err(error), deadline, || running.is_lost(), settlement.task_id(), again).await;
     // Its data refused once it reached the server: it fails instead, as in
-    // `settle`.
-    if let Some(instead) = out.as_ref().err().and_then(|e| refused_data_failure(&settlement, e)) {
-        if running.is_lost() {
-            return; // the lease went meanwhile: nothing of this run may land
-        }
-        if let Err(e) = &out {
-            tracing::warn!(task = %settlement.task_id(), error = %e, "the settlement's data was refused; the task fails instead");
-        }
+    // `settle`, unless the lease went meanwhile (nothing of this run may
+    // land then; reported below).
+    let refused = if running.is_lost() { None } else { refused_data_failure(&settlement, &out) };
+    if let Some(instead) = refused {
         settlement = instead;
         let first = settler.settle(&shared.store, &settlement).await;
         let again = || settler.settle(&shared.store, &settlement);
