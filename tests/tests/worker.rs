@@ -630,6 +630,67 @@ async fn a_settlement_refused_by_a_saturated_pool_is_tried_again() {
     schema.drop().await;
 }
 
+/// A settlement still failing for a passing reason when shutdown's grace
+/// runs out is not tried again for the rest of its lease (half of 30 s
+/// here): shutdown ends within its bound and the lease decides. The call
+/// ended when its handler returned (its settlement handed to the batcher),
+/// so it is the batcher's resend that must stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_still_refused_past_the_grace_does_not_hold_shutdown() {
+    use waymark_store::{ConnectOptions, PgExecutor, PgTransaction};
+    let schema = TestSchema::new().await;
+    let pool = PgPool::builder(&schema.url)
+        .max_size(1)
+        .acquire_timeout(Duration::from_millis(50))
+        .schema(&schema.schema)
+        .build()
+        .expect("pool");
+    let store =
+        Arc::new(Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect"));
+    let task = store.submit(NewTask::new("held", json!({})).queue("held")).await.expect("submit");
+    let (started, gate) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
+    let (s, g) = (started.clone(), gate.clone());
+    let w = Worker::builder(store.clone())
+        .queues(["held"])
+        .poll_interval(Duration::from_secs(60))
+        .shutdown_grace(Duration::from_millis(200))
+        .on_error(|_| {})
+        .task("held", move |_ctx, _p: serde_json::Value| {
+            let (s, g) = (s.clone(), g.clone());
+            async move {
+                s.notify_one();
+                g.notified().await;
+                Ok(())
+            }
+        })
+        .build()
+        .expect("worker");
+    let (handle, run) = spawn(w);
+    tokio::time::timeout(Duration::from_secs(10), started.notified()).await.expect("the handler starts");
+    let tx = until_some(Duration::from_secs(5), "the pool's only connection", || async {
+        store.executor().begin().await.ok()
+    })
+    .await;
+    let refused = store.executor().stats().saturated;
+    gate.notify_one();
+    eventually(Duration::from_secs(10), "the settlement refused a few times", || async {
+        store.executor().stats().saturated >= refused + 3
+    })
+    .await;
+
+    let stopping = Instant::now();
+    handle.shutdown();
+    tokio::time::timeout(Duration::from_secs(10), run).await.expect("shutdown ends").expect("worker ends");
+    let took = stopping.elapsed();
+    // The grace (0.2 s), the stop grace and settle bound (2.5 s), and the
+    // resend's pause (at most 1 s), with room for a slow machine.
+    assert!(took < Duration::from_secs(5), "shutdown took {took:?}, holding a resend past its grace");
+    tx.rollback().await.expect("give the connection back");
+    let row = fetch(&store, &task.id).await;
+    assert_eq!((row.status, row.attempt), (TaskStatus::Running, 1), "unsettled: its lease decides");
+    schema.drop().await;
+}
+
 /// Settings a worker could not run with are refused when it is built,
 /// each with an error naming the setting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -71,7 +71,7 @@ fn claim_ahead(concurrency: usize, average: Option<Duration>) -> usize {
 /// Runs the claim loop until shutdown begins; what it claimed is started.
 pub(crate) async fn claim_loop<E: PgExecutor + 'static>(
     shared: &Arc<Shared<E>>,
-    settler: &Settler,
+    settler: &Settler<E>,
     runs: &mut JoinSet<()>,
 ) {
     ClaimLoop::new(shared, settler).run(runs).await;
@@ -80,7 +80,7 @@ pub(crate) async fn claim_loop<E: PgExecutor + 'static>(
 /// The claim loop and everything it keeps between turns.
 struct ClaimLoop<'a, E> {
     shared: &'a Arc<Shared<E>>,
-    settler: &'a Settler,
+    settler: &'a Settler<E>,
     /// Claims under way, and the slots each asked for (by task id, so that
     /// a claim task that panicked still gives its slots back).
     claims: JoinSet<Drawn>,
@@ -135,7 +135,7 @@ struct ClaimLoop<'a, E> {
 }
 
 impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
-    fn new(shared: &'a Arc<Shared<E>>, settler: &'a Settler) -> Self {
+    fn new(shared: &'a Arc<Shared<E>>, settler: &'a Settler<E>) -> Self {
         ClaimLoop {
             shared,
             settler,

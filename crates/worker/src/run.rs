@@ -19,7 +19,7 @@ use crate::handler::{BatchHandler, BatchOutcome, Kind, Outcome};
 use crate::limits::Units;
 use crate::one_or_many::OneOrMany;
 use crate::plan::Call;
-use crate::settle::Settler;
+use crate::settle::{FollowUp, Settler};
 use crate::shutdown::{release, GiveBack};
 use crate::worker::Shared;
 
@@ -119,7 +119,7 @@ fn end_runs<E>(shared: &Shared<E>, running: &[Arc<Running>]) {
 /// tasks, in a slot of its own.
 pub(crate) fn start_call<E: PgExecutor + 'static>(
     shared: &Arc<Shared<E>>,
-    settler: &Settler,
+    settler: &Settler<E>,
     runs: &mut JoinSet<()>,
     call: Registered,
 ) {
@@ -151,37 +151,81 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
     let settler = settler.clone();
     runs.spawn(async move {
         let slot = slot;
-        let running = &slot.running;
-        let body = async {
-            match batch {
-                // Boxed: a batch's state would widen every one-task run's
-                // future (see `supervise`); it costs one allocation per batch.
-                Some(handler) => {
-                    Box::pin(run_batch(&shared, &settler, handler, &tasks, running, &slot)).await
+        let handed = {
+            let running = &slot.running;
+            let body = async {
+                match batch {
+                    // Boxed: a batch's state would widen every one-task run's
+                    // future (see `supervise`); it costs one allocation per batch.
+                    Some(handler) => {
+                        Box::pin(run_batch(&shared, &settler, handler, &tasks, running, &slot)).await;
+                        None
+                    }
+                    None => {
+                        let (task, run) = (&tasks[0], &running[0]);
+                        let outcome = run_handler(&shared, task, run).await;
+                        slot.handler_ended();
+                        if settler.is_batched() {
+                            // Handed off below, with the slot.
+                            return settlement_for(&shared, task, run, outcome);
+                        }
+                        settle(&shared, &settler, task, run, outcome).await;
+                        None
+                    }
                 }
-                None => {
-                    let (task, run) = (&tasks[0], &running[0]);
-                    let outcome = run_handler(&shared, task, run).await;
-                    slot.handler_ended();
-                    settle(&shared, &settler, task, run, outcome).await;
-                }
-            }
-        };
-        let mut body = std::pin::pin!(body);
-        // Marks each poll, so shutdown can tell a run stuck in blocking code.
-        std::future::poll_fn(|cx| {
-            running.iter().for_each(|r| r.set_in_poll(true));
-            // A call of one task polls inside its run's observed context (a
-            // batch's call belongs to no one run).
-            let polled = match &running[..] {
-                [one] if !is_batch => one.enter(|| body.as_mut().poll(cx)),
-                _ => body.as_mut().poll(cx),
             };
-            running.iter().for_each(|r| r.set_in_poll(false));
-            polled
-        })
-        .await;
+            let mut body = std::pin::pin!(body);
+            // Marks each poll, so shutdown can tell a run stuck in blocking code.
+            std::future::poll_fn(|cx| {
+                running.iter().for_each(|r| r.set_in_poll(true));
+                // A call of one task polls inside its run's observed context (a
+                // batch's call belongs to no one run).
+                let polled = match &running[..] {
+                    [one] if !is_batch => one.enter(|| body.as_mut().poll(cx)),
+                    _ => body.as_mut().poll(cx),
+                };
+                running.iter().for_each(|r| r.set_in_poll(false));
+                polled
+            })
+            .await
+        };
+        drop(tasks);
+        let Some(settlement) = handed else { return };
+        // The call ends here; the flush that commits its settlement
+        // finishes it (`handed_answer`). A batcher closed meanwhile (at
+        // shutdown) gives it back to settle here.
+        if let Some((settlement, Handoff { slot })) = settler.hand_off(settlement, Handoff { slot }) {
+            let run = &slot.running[0];
+            let answer = settler.settle(&shared.store, &settlement).await;
+            if let Some(rest) = answered(&shared, || settler.clone(), run, settlement, answer) {
+                rest.await;
+            }
+        }
     });
+}
+
+/// What is left of a one-task call whose settlement was handed off: its
+/// slot (which holds its run), dropped once the answer is recorded.
+pub(crate) struct Handoff<E> {
+    slot: Slot<E>,
+}
+
+/// Finishes a handed-off call with its settlement's answer: recorded here,
+/// or a follow-up for the rare paths, which ends the call when it ends.
+/// `settler` is asked for only on those paths.
+pub(crate) fn handed_answer<E: PgExecutor + 'static>(
+    handoff: Handoff<E>,
+    settlement: Settlement,
+    answer: Result<Settled, Error>,
+    settler: impl FnOnce() -> Settler<E>,
+) -> Option<FollowUp> {
+    let Handoff { slot } = handoff;
+    // Recorded: the slot drops on return, and with it the call ends.
+    let rest = answered(&slot.shared, settler, &slot.running[0], settlement, answer)?;
+    Some(Box::pin(async move {
+        rest.await;
+        drop(slot);
+    }))
 }
 
 /// A call's place among the worker's `concurrency` slots. Given back (and
@@ -285,7 +329,7 @@ impl<E> Drop for Slot<E> {
 /// ended (its result from the map, null if not named, or the one error).
 async fn run_batch<E: PgExecutor + 'static>(
     shared: &Arc<Shared<E>>,
-    settler: &Settler,
+    settler: &Settler<E>,
     handler: Arc<dyn BatchHandler<E>>,
     tasks: &[Arc<Task>],
     running: &[Arc<Running>],
@@ -454,27 +498,50 @@ pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 
 pub(crate) async fn settle<E: PgExecutor + 'static>(
     shared: &Arc<Shared<E>>,
-    settler: &Settler,
+    settler: &Settler<E>,
     task: &Task,
-    running: &Running,
+    running: &Arc<Running>,
     end: Option<RunEnd>,
 ) {
-    let Some(mut settlement) = settlement_for(shared, task, running, end) else { return };
-    let mut first = settler.settle(&shared.store, &settlement).await;
-    if let Some(instead) = refused_data_failure(&settlement, &first) {
-        settlement = instead;
-        // Out of line, as `settle_again`: rare.
-        first = Box::pin(settler.settle(&shared.store, &settlement)).await;
+    let Some(settlement) = settlement_for(shared, task, running, end) else { return };
+    let answer = settler.settle(&shared.store, &settlement).await;
+    if let Some(rest) = answered(shared, || settler.clone(), running, settlement, answer) {
+        rest.await;
     }
-    match first {
-        Err(e) if e.is_transient() => {
-            // Rare, and kept out of line: every run's future holds this
-            // function's state, so its size is paid per task.
-            Box::pin(settle_again(shared, settler, running, settlement, e)).await;
+}
+
+/// Records a settlement's first answer, or, on the rare paths (its data
+/// refused, a passing failure, a lost lease), answers the rest of the work
+/// as a future of its own: boxed, so that no run's future carries it.
+/// `settler` is asked for only on those paths.
+pub(crate) fn answered<E: PgExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    settler: impl FnOnce() -> Settler<E>,
+    running: &Arc<Running>,
+    settlement: Settlement,
+    answer: Result<Settled, Error>,
+) -> Option<FollowUp> {
+    let refused = refused_data_failure(&settlement, &answer);
+    let passing_or_lost = answer.as_ref().is_err_and(|e| e.is_transient() || e.is_lost_lease());
+    if refused.is_none() && !passing_or_lost {
+        settled(shared, running, &settlement, answer);
+        return None;
+    }
+    let (shared, settler, running) = (shared.clone(), settler(), running.clone());
+    Some(Box::pin(async move {
+        let (settlement, answer) = match refused {
+            Some(instead) => {
+                let answer = settler.settle(&shared.store, &instead).await;
+                (instead, answer)
+            }
+            None => (settlement, answer),
+        };
+        match answer {
+            Err(e) if e.is_transient() => settle_again(&shared, &settler, &running, settlement, e).await,
+            Err(e) if e.is_lost_lease() => lost_answer(&shared, &running, &settlement).await,
+            other => settled(&shared, &running, &settlement, other),
         }
-        Err(e) if e.is_lost_lease() => Box::pin(lost_answer(shared, running, &settlement)).await,
-        other => settled(shared, running, &settlement, other),
-    }
+    }))
 }
 
 /// What a settlement whose data PostgreSQL refused becomes: a class-22
@@ -627,15 +694,16 @@ pub(crate) fn settled<E>(
 /// that had committed answers "lost lease", and the row is right.
 pub(crate) async fn settle_again<E: PgExecutor + 'static>(
     shared: &Arc<Shared<E>>,
-    settler: &Settler,
+    settler: &Settler<E>,
     running: &Running,
     mut settlement: Settlement,
     error: Error,
 ) {
     let deadline = Instant::now() + shared.settings.lease / 2;
+    // Past shutdown's grace no more tries: the lease decides.
+    let stop = || running.is_lost() || shared.state.settlements_given_up();
     let again = || settler.settle(&shared.store, &settlement);
-    let mut out =
-        while_passing(Err(error), deadline, || running.is_lost(), settlement.task_id(), again).await;
+    let mut out = while_passing(Err(error), deadline, stop, settlement.task_id(), again).await;
     // Its data refused once it reached the server: it fails instead, as in
     // `settle`, unless the lease went meanwhile (nothing of this run may
     // land then; reported below).
@@ -644,7 +712,7 @@ pub(crate) async fn settle_again<E: PgExecutor + 'static>(
         settlement = instead;
         let first = settler.settle(&shared.store, &settlement).await;
         let again = || settler.settle(&shared.store, &settlement);
-        out = while_passing(first, deadline, || running.is_lost(), settlement.task_id(), again).await;
+        out = while_passing(first, deadline, stop, settlement.task_id(), again).await;
     }
     if out.is_err() && running.is_lost() {
         tracing::debug!(task = %settlement.task_id(), "lease lost while a settlement was retried");

@@ -1,39 +1,93 @@
 //! Settlement, batched: settlements that arrive within a short window go
 //! to the database in one transaction (each still ownership-checked, each
-//! caller told its own outcome), flushed when the batch is full or the
-//! window closes. A caller hears "settled" only after the commit.
+//! outcome answered on its own), flushed when the batch is full or the
+//! window closes. An outcome is known only after the commit.
+//!
+//! A one-task call does not wait for its answer: it hands its settlement
+//! off with what is left of the call (its slot, its run) and ends, and the
+//! flush finishes the call when the commit answers (`run::handed_answer`).
+//! A call's task then ends on the poll its handler returns in, with no
+//! channel or wakeup of its own for the answer.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
 use waymark_store::{ExecError, PgExecutor, Result, Settled, Settlement, Store};
 
-type Reply = oneshot::Sender<Result<Settled>>;
+use crate::run::{handed_answer, Handoff};
 
-/// Sends settlements to the batching task, or straight to the store.
-#[derive(Debug, Clone)]
-pub(crate) struct Settler {
-    tx: Option<mpsc::UnboundedSender<(Settlement, Reply)>>,
+/// What a flush leaves to do after its answers: a handed-off settlement's
+/// rare paths (a resend, a refused result's failure, a lost lease's read).
+pub(crate) type FollowUp = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Where a settlement's outcome goes.
+pub(crate) enum Reply<E> {
+    /// A caller that waits for it.
+    Wait(oneshot::Sender<Result<Settled>>),
+    /// A call that ended without waiting: the outcome finishes it.
+    Handoff(Handoff<E>),
 }
 
-impl Settler {
+impl<E: PgExecutor + 'static> Reply<E> {
+    /// `again` is the batcher's own way in, for a follow-up's resends.
+    fn answer(
+        self,
+        settlement: Settlement,
+        out: Result<Settled>,
+        again: &Again<E>,
+        follow_ups: &mut Vec<FollowUp>,
+    ) {
+        match self {
+            Reply::Wait(reply) => {
+                let _ = reply.send(out);
+            }
+            Reply::Handoff(handoff) => {
+                let settler = || Settler { tx: again.upgrade() };
+                follow_ups.extend(handed_answer(handoff, settlement, out, settler));
+            }
+        }
+    }
+}
+
+/// The batcher's own sender, weak: held by the batching task, a strong one
+/// would keep its channel open after every settler has gone.
+type Again<E> = mpsc::WeakUnboundedSender<Item<E>>;
+
+type Item<E> = (Settlement, Reply<E>);
+
+/// Sends settlements to the batching task, or straight to the store.
+pub(crate) struct Settler<E> {
+    tx: Option<mpsc::UnboundedSender<Item<E>>>,
+}
+
+impl<E> Clone for Settler<E> {
+    fn clone(&self) -> Self {
+        Settler { tx: self.tx.clone() }
+    }
+}
+
+impl<E> std::fmt::Debug for Settler<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settler").field("batched", &self.tx.is_some()).finish()
+    }
+}
+
+impl<E: PgExecutor + 'static> Settler<E> {
     /// With `max_batch` <= 1 every settlement is its own statement.
-    pub(crate) fn start<E: PgExecutor + 'static>(
-        store: Arc<Store<E>>,
-        max_batch: usize,
-        window: Duration,
-    ) -> (Self, Option<Batcher>) {
+    pub(crate) fn start(store: Arc<Store<E>>, max_batch: usize, window: Duration) -> (Self, Option<Batcher>) {
         if max_batch <= 1 {
             return (Settler { tx: None }, None);
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let (close, closing) = watch::channel(false);
-        let task = tokio::spawn(batch_loop(store, rx, closing, max_batch, window));
+        let task = tokio::spawn(batch_loop(store, rx, tx.downgrade(), closing, max_batch, window));
         (Settler { tx: Some(tx) }, Some(Batcher { task, close }))
     }
 
-    pub(crate) async fn settle<E: PgExecutor>(&self, store: &Store<E>, s: &Settlement) -> Result<Settled> {
+    pub(crate) async fn settle(&self, store: &Store<E>, s: &Settlement) -> Result<Settled> {
         // The direct paths are boxed: a statement's future is large, and
         // inline it would make every run's future large too, even when the
         // batcher settles it (one allocation per task, of the size of the
@@ -41,7 +95,7 @@ impl Settler {
         // the run's future holds only the reference.
         let Some(tx) = &self.tx else { return Box::pin(settle_one(store, s)).await };
         let (reply, answer) = oneshot::channel();
-        if tx.send((s.clone(), reply)).is_err() {
+        if tx.send((s.clone(), Reply::Wait(reply))).is_err() {
             return Box::pin(settle_one(store, s)).await;
         }
         match answer.await {
@@ -52,6 +106,24 @@ impl Settler {
                 waymark_store::ExecErrorKind::Connection,
                 "the settlement batcher stopped before answering; the outcome is unknown",
             ))),
+        }
+    }
+
+    /// Whether settlements go to a batcher (which a call may hand its
+    /// settlement off to).
+    pub(crate) fn is_batched(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    /// Hands a settlement to the batcher with the rest of its call, which
+    /// the flush finishes. Gives both back when there is no batcher (or it
+    /// has closed): the caller settles it itself.
+    pub(crate) fn hand_off(&self, s: Settlement, handoff: Handoff<E>) -> Option<(Settlement, Handoff<E>)> {
+        let Some(tx) = &self.tx else { return Some((s, handoff)) };
+        match tx.send((s, Reply::Handoff(handoff))) {
+            Ok(()) => None,
+            Err(mpsc::error::SendError((s, Reply::Handoff(handoff)))) => Some((s, handoff)),
+            Err(_) => unreachable!("a handoff comes back as it was sent"),
         }
     }
 }
@@ -86,7 +158,8 @@ const HOLD_MAX: Duration = Duration::from_millis(50);
 
 async fn batch_loop<E: PgExecutor + 'static>(
     store: Arc<Store<E>>,
-    mut rx: mpsc::UnboundedReceiver<(Settlement, Reply)>,
+    mut rx: mpsc::UnboundedReceiver<Item<E>>,
+    again: Again<E>,
     mut closing: watch::Receiver<bool>,
     max_batch: usize,
     window: Duration,
@@ -141,27 +214,38 @@ async fn batch_loop<E: PgExecutor + 'static>(
             }
         }
         let permit = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
-        let store = store.clone();
+        let (store, again) = (store.clone(), again.clone());
         flushes.spawn(async move {
-            flush(&store, batch).await;
+            let follow_ups = flush(&store, &again, batch).await;
             drop(permit);
+            // Rare (a failure), and not holding back the next flush; the
+            // batcher's end still waits for them.
+            futures::future::join_all(follow_ups).await;
         });
         while flushes.try_join_next().is_some() {}
     }
     while flushes.join_next().await.is_some() {}
 }
 
-async fn flush<E: PgExecutor>(store: &Store<E>, batch: Vec<(Settlement, Reply)>) {
+/// Settles one batch and answers each of its settlements; what the
+/// answers leave to do comes back.
+async fn flush<E: PgExecutor + 'static>(
+    store: &Store<E>,
+    again: &Again<E>,
+    batch: Vec<Item<E>>,
+) -> Vec<FollowUp> {
+    let mut follow_ups = Vec::new();
     if batch.len() == 1 {
         let (s, reply) = batch.into_iter().next().expect("one");
-        let _ = reply.send(settle_one(store, &s).await);
-        return;
+        let out = settle_one(store, &s).await;
+        reply.answer(s, out, again, &mut follow_ups);
+        return follow_ups;
     }
-    let (items, replies): (Vec<Settlement>, Vec<Reply>) = batch.into_iter().unzip();
+    let (items, replies): (Vec<Settlement>, Vec<Reply<E>>) = batch.into_iter().unzip();
     match store.settle_batch(&items).await {
         Ok(outcomes) => {
-            for (reply, out) in replies.into_iter().zip(outcomes) {
-                let _ = reply.send(out);
+            for ((s, reply), out) in items.into_iter().zip(replies).zip(outcomes) {
+                reply.answer(s, out, again, &mut follow_ups);
             }
         }
         Err(e) => {
@@ -176,15 +260,16 @@ async fn flush<E: PgExecutor>(store: &Store<E>, batch: Vec<(Settlement, Reply)>)
             // it (`run::settle_again`), which stops once a re-claim here
             // has marked that run lost.
             let unknown = e.is_transient().then(|| e.exec_kind()).flatten();
-            for (s, reply) in items.iter().zip(replies) {
-                let out = match (s, unknown) {
+            for (s, reply) in items.into_iter().zip(replies) {
+                let out = match (&s, unknown) {
                     (Settlement::Snooze { .. }, Some(kind)) => {
                         Err(ExecError::new(kind, e.to_string()).into())
                     }
-                    _ => settle_one(store, s).await,
+                    _ => settle_one(store, &s).await,
                 };
-                let _ = reply.send(out);
+                reply.answer(s, out, again, &mut follow_ups);
             }
         }
     }
+    follow_ups
 }

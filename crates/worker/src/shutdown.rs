@@ -24,7 +24,12 @@ pub(crate) const SETTLE_BOUND: Duration = Duration::from_secs(2);
 /// still runs it): it is left to its lease, which is no longer renewed.
 pub(crate) async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &mut JoinSet<()>) {
     let mut now = shared.state.stop_now.subscribe();
-    let all_ended = async { while runs.join_next().await.is_some() {} };
+    // A call that handed its settlement off has ended; its task is settled
+    // once the batcher answers.
+    let all_ended = async {
+        while runs.join_next().await.is_some() {}
+        shared.state.settlements_answered().await;
+    };
     let ended = tokio::select! {
         out = tokio::time::timeout(shared.settings.shutdown_grace, all_ended) => out.is_ok(),
         Ok(_) = now.wait_for(|now| *now) => false,
@@ -42,10 +47,12 @@ pub(crate) async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r
     }
     // A run that answers its token, or is dropped after STOP_GRACE, ends
     // here; one already settling gets a moment to hear its answer.
-    let ended =
-        tokio::time::timeout(STOP_GRACE + SETTLE_BOUND, async { while runs.join_next().await.is_some() {} })
-            .await
-            .is_ok();
+    let ended = tokio::time::timeout(STOP_GRACE + SETTLE_BOUND, async {
+        while runs.join_next().await.is_some() {}
+        shared.state.settlements_answered().await;
+    })
+    .await
+    .is_ok();
     if !ended {
         // Blocking code never yields, so it cannot be aborted or awaited.
         // An aborted run that does yield ends at once; wait a moment for

@@ -74,6 +74,27 @@ pub(crate) struct State {
     pub(crate) events: Events,
 }
 
+impl State {
+    /// Past shutdown's grace, or told to stop now: a settlement failing
+    /// for a passing reason is not sent again, and its lease decides.
+    pub(crate) fn settlements_given_up(&self) -> bool {
+        *self.past_grace.borrow() || *self.stop_now.borrow()
+    }
+
+    /// Until no task is settling: every handed-off settlement answered.
+    /// Waits on `slot_freed`, which only shutdown waits on once the claim
+    /// loop has ended.
+    pub(crate) async fn settlements_answered(&self) {
+        loop {
+            let freed = self.slot_freed.notified();
+            if self.settling.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                return;
+            }
+            freed.await;
+        }
+    }
+}
+
 /// How long handler calls take: a moving average of the last few dozen
 /// (each new one weighs an eighth), unknown before the first ends. The
 /// claim loop claims ahead of its free slots only while calls are short.
