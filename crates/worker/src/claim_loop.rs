@@ -8,7 +8,7 @@ use tokio::task::JoinSet;
 use waymark_store::{Error, PgExecutor, Signal};
 
 use crate::plan::Drawn;
-use crate::run::{give_back, register_call, start_call, Registered};
+use crate::run::{give_back, register_calls, start_call, Registered};
 use crate::settle::Settler;
 use crate::worker::Shared;
 
@@ -436,8 +436,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         // A call drawn for a free slot goes before those claimed ahead.
         let now = Instant::now();
         let mut first = 0;
-        for call in drawn.calls {
-            let call = register_call(self.shared, call);
+        for call in register_calls(self.shared, drawn.calls) {
             if call.ahead {
                 self.ready.push_back((Some(now), call));
             } else {

@@ -21,7 +21,7 @@ use crate::one_or_many::OneOrMany;
 use crate::plan::Call;
 use crate::settle::{FollowUp, Settler};
 use crate::shutdown::{release, GiveBack};
-use crate::worker::Shared;
+use crate::worker::{RunningMap, Shared};
 
 /// How long a handler may take to stop by itself once shutdown fires its
 /// token, before its future is dropped.
@@ -44,34 +44,47 @@ impl Registered {
     }
 }
 
-/// Registers one claimed call (see [`Registered`]); [`start_call`] runs it.
-pub(crate) fn register_call<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, call: Call) -> Registered {
-    let Call { tasks, units, ahead } = call;
+/// Registers what one claim drew (see [`Registered`]), the running map
+/// locked once for all of it; [`start_call`] runs each call.
+pub(crate) fn register_calls<E: PgExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    calls: Vec<Call>,
+) -> Vec<Registered> {
     let observer = shared.store.observer();
-    let running: OneOrMany<Arc<Running>> = tasks
-        .iter()
-        .map(|task| {
-            let scope = observer.and_then(|o| o.run(task));
-            let lease = Lease::shared(Arc::from(task.id.as_str()), shared.settings.worker_id.clone())
-                .on_attempt(task.attempt);
-            Running::new(lease, shared.state.events.clone(), scope)
+    let registered: Vec<Registered> = calls
+        .into_iter()
+        .map(|Call { tasks, units, ahead }| {
+            let running: OneOrMany<Arc<Running>> = tasks
+                .iter()
+                .map(|task| {
+                    let scope = observer.and_then(|o| o.run(task));
+                    let lease = Lease::shared(Arc::from(task.id.as_str()), shared.settings.worker_id.clone())
+                        .on_attempt(task.attempt);
+                    Running::new(lease, shared.state.events.clone(), scope)
+                })
+                .collect();
+            Registered { tasks, units, running, ahead }
         })
         .collect();
-    for (task, run) in tasks.iter().zip(&running) {
-        let previous =
-            shared.state.running.lock().expect("running lock").insert(run.key().clone(), run.clone());
-        if let Some(old) = previous {
-            // Our own earlier run of this task lost its lease (the claim just
-            // recovered and re-took it): that run must write nothing more.
-            old.mark_lost();
+    {
+        let mut map = shared.state.running.lock().expect("running lock");
+        for run in registered.iter().flat_map(|call| call.running.iter()) {
+            if let Some(old) = map.insert(run.key().clone(), run.clone()) {
+                // Our own earlier run of this task lost its lease (the claim
+                // just recovered and re-took it): that run must write nothing
+                // more.
+                old.mark_lost();
+            }
         }
+    }
+    for task in registered.iter().flat_map(|call| call.tasks.iter()) {
         shared.state.events.emit(|| WorkerEvent::Claimed {
             task_id: task.id.clone(),
             name: task.name.clone(),
             attempt: task.attempt,
         });
     }
-    Registered { tasks, units, running, ahead }
+    registered
 }
 
 /// Gives back a registered call that never started (see
@@ -106,6 +119,12 @@ pub(crate) async fn give_back<E: PgExecutor + 'static>(
 fn end_runs<E>(shared: &Shared<E>, running: &[Arc<Running>]) {
     let past_grace = *shared.state.past_grace.borrow();
     let mut map = shared.state.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    end_runs_in(&mut map, past_grace, running);
+}
+
+/// [`end_runs`] with the running map locked, and whether shutdown is past
+/// its grace read, by the caller.
+fn end_runs_in(map: &mut RunningMap, past_grace: bool, running: &[Arc<Running>]) {
     for run in running {
         run.mark_ended();
         run.hold_call(None);
@@ -145,6 +164,7 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
         place: Mutex::new(Some(place)),
         _units: units,
         started: Instant::now(),
+        ended: false,
     };
     let is_batch = batch.is_some();
     let shared = shared.clone();
@@ -218,14 +238,53 @@ pub(crate) fn handed_answer<E: PgExecutor + 'static>(
     settlement: Settlement,
     answer: Result<Settled, Error>,
     settler: impl FnOnce() -> Settler<E>,
+    ended: &mut Ended<E>,
 ) -> Option<FollowUp> {
     let Handoff { slot } = handoff;
-    // Recorded: the slot drops on return, and with it the call ends.
-    let rest = answered(&slot.shared, settler, &slot.running[0], settlement, answer)?;
+    let Some(rest) = answered(&slot.shared, settler, &slot.running[0], settlement, answer) else {
+        ended.0.push(slot);
+        return None;
+    };
     Some(Box::pin(async move {
         rest.await;
         drop(slot);
     }))
+}
+
+/// Handed-off calls whose answers are recorded, ended together when this
+/// drops (at the end of a flush): the running map locked once for them
+/// all, and the claim loop woken once.
+pub(crate) struct Ended<E>(Vec<Slot<E>>);
+
+impl<E> Default for Ended<E> {
+    fn default() -> Self {
+        Ended(Vec::new())
+    }
+}
+
+impl<E> Drop for Ended<E> {
+    fn drop(&mut self) {
+        let Some(first) = self.0.first() else { return };
+        let shared = first.shared.clone();
+        let mut settling = 0;
+        {
+            let past_grace = *shared.state.past_grace.borrow();
+            let mut map = shared.state.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            for slot in &mut self.0 {
+                end_runs_in(&mut map, past_grace, &slot.running);
+                slot.ended = true;
+                let place = slot.place.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+                if place.is_none() {
+                    settling += slot.running.len();
+                }
+            }
+        }
+        if settling > 0 {
+            shared.state.settling.fetch_sub(settling, Ordering::SeqCst);
+            shared.state.slot_freed.notify_one();
+        }
+        // Each slot's drop now only lets go of its units and its place.
+    }
 }
 
 /// A call's place among the worker's `concurrency` slots. Given back (and
@@ -290,6 +349,8 @@ pub(crate) struct Slot<E> {
     place: Mutex<Option<Arc<SlotHold<E>>>>,
     _units: Option<Arc<UnitsHold<E>>>,
     started: Instant,
+    /// Its runs already ended, with others' ([`Ended`]).
+    ended: bool,
 }
 
 impl<E> Slot<E> {
@@ -312,6 +373,9 @@ impl<E> Slot<E> {
 
 impl<E> Drop for Slot<E> {
     fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
         end_runs(&self.shared, &self.running);
         let place = self.place.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
         if place.is_none() {

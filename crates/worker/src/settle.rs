@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use waymark_store::{ExecError, PgExecutor, Result, Settled, Settlement, Store};
 
-use crate::run::{handed_answer, Handoff};
+use crate::run::{handed_answer, Ended, Handoff};
 
 /// What a flush leaves to do after its answers: a handed-off settlement's
 /// rare paths (a resend, a refused result's failure, a lost lease's read).
@@ -38,6 +38,7 @@ impl<E: PgExecutor + 'static> Reply<E> {
         settlement: Settlement,
         out: Result<Settled>,
         again: &Again<E>,
+        ended: &mut Ended<E>,
         follow_ups: &mut Vec<FollowUp>,
     ) {
         match self {
@@ -46,7 +47,7 @@ impl<E: PgExecutor + 'static> Reply<E> {
             }
             Reply::Handoff(handoff) => {
                 let settler = || Settler { tx: again.upgrade() };
-                follow_ups.extend(handed_answer(handoff, settlement, out, settler));
+                follow_ups.extend(handed_answer(handoff, settlement, out, settler, ended));
             }
         }
     }
@@ -187,11 +188,17 @@ async fn batch_loop<E: PgExecutor + 'static>(
         // move each time it grew.
         let mut batch = Vec::with_capacity(max_batch.min(1024));
         batch.push(first);
-        let deadline = tokio::time::Instant::now() + window;
+        // One timer for the window, and what is queued taken at once: a
+        // timer or a wakeup per settlement costs more than its share of the
+        // statement.
+        let window_closed = tokio::time::sleep(window);
+        tokio::pin!(window_closed);
         while batch.len() < max_batch {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(item)) => batch.push(item),
-                Ok(None) | Err(_) => break,
+            let room = max_batch - batch.len();
+            tokio::select! {
+                biased;
+                taken = rx.recv_many(&mut batch, room) => if taken == 0 { break },
+                () = &mut window_closed => break,
             }
         }
         // A batch the window closed on short waits, still filling, for the
@@ -204,11 +211,9 @@ async fn batch_loop<E: PgExecutor + 'static>(
         // next one back [`HOLD_MAX`] at most.
         let held_until = tokio::time::Instant::now() + HOLD_MAX;
         while batch.len() < max_batch && !flushes.is_empty() {
+            let room = max_batch - batch.len();
             tokio::select! {
-                item = rx.recv() => match item {
-                    Some(item) => batch.push(item),
-                    None => break,
-                },
+                taken = rx.recv_many(&mut batch, room) => if taken == 0 { break },
                 _ = flushes.join_next() => {}
                 () = tokio::time::sleep_until(held_until) => break,
             }
@@ -235,17 +240,19 @@ async fn flush<E: PgExecutor + 'static>(
     batch: Vec<Item<E>>,
 ) -> Vec<FollowUp> {
     let mut follow_ups = Vec::new();
+    // Dropped on return, after every answer: ends the calls recorded.
+    let mut ended = Ended::default();
     if batch.len() == 1 {
         let (s, reply) = batch.into_iter().next().expect("one");
         let out = settle_one(store, &s).await;
-        reply.answer(s, out, again, &mut follow_ups);
+        reply.answer(s, out, again, &mut ended, &mut follow_ups);
         return follow_ups;
     }
     let (items, replies): (Vec<Settlement>, Vec<Reply<E>>) = batch.into_iter().unzip();
     match store.settle_batch(&items).await {
         Ok(outcomes) => {
             for ((s, reply), out) in items.into_iter().zip(replies).zip(outcomes) {
-                reply.answer(s, out, again, &mut follow_ups);
+                reply.answer(s, out, again, &mut ended, &mut follow_ups);
             }
         }
         Err(e) => {
@@ -267,7 +274,7 @@ async fn flush<E: PgExecutor + 'static>(
                     }
                     _ => settle_one(store, &s).await,
                 };
-                reply.answer(s, out, again, &mut follow_ups);
+                reply.answer(s, out, again, &mut ended, &mut follow_ups);
             }
         }
     }

@@ -46,12 +46,15 @@ pub(crate) struct Settings {
     pub(crate) worker_id: Arc<str>,
 }
 
+/// Unsettled tasks' runs, by task id.
+pub(crate) type RunningMap = foldhash::HashMap<Arc<str>, Arc<Running>>;
+
 /// What changes while the worker runs.
 #[derive(Default)]
 pub(crate) struct State {
     /// Unsettled tasks by id: what the heartbeat renews. Past the shutdown
     /// grace, shutdown alone takes entries out.
-    pub(crate) running: Mutex<foldhash::HashMap<Arc<str>, Arc<Running>>>,
+    pub(crate) running: Mutex<RunningMap>,
     /// Calls whose handlers have not ended (each holds a slot). Counted
     /// apart from `running`: a task re-claimed while our earlier run of it
     /// is still in its handler holds two slots, one entry.
