@@ -127,3 +127,65 @@ async fn complete_in_is_reported_as_a_settlement() {
     run.await.expect("worker ends");
     schema.drop().await;
 }
+
+/// An observer that panics as a run's end is recorded costs that task its
+/// record (its event), not the others answered in the same settlement
+/// batch theirs: each of them is counted and reported, and the worker goes
+/// on. (Two tasks panic, so that without the guard some task after the
+/// first panic always goes unrecorded, whatever the batch's order.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_panicking_as_a_run_ends_spoils_no_other_task_s_record() {
+    use waymark_store::{Observer, RunEnd, RunScope, Task};
+    #[derive(Debug)]
+    struct PanicsForSome;
+    struct Scope(bool);
+    impl Observer for PanicsForSome {
+        fn run(&self, task: &Task) -> Option<Box<dyn RunScope>> {
+            Some(Box::new(Scope(task.payload["boom"] == json!(true))))
+        }
+    }
+    impl RunScope for Scope {
+        fn end(&self, _end: RunEnd) {
+            assert!(!self.0, "the observer panics as this run ends");
+        }
+    }
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await.with_observer(Arc::new(PanicsForSome)));
+    let w = Worker::builder(store.clone())
+        .queues(["ev-obs"])
+        .concurrency(16)
+        // A long window: the ten answers come back in one batch.
+        .settle_batch(64, Duration::from_millis(300))
+        .task("t", |_ctx, _p: serde_json::Value| async move { Ok(()) })
+        .build()
+        .expect("worker");
+    let (handle, mut events, run) = start(w);
+    let tasks: Vec<NewTask> =
+        (0..10).map(|i| NewTask::new("t", json!({ "boom": i == 3 || i == 7 })).queue("ev-obs")).collect();
+    let ids = store.submit_batch(tasks).await.expect("submit");
+    let quiet: std::collections::HashSet<String> =
+        ids.iter().enumerate().filter(|(i, _)| *i != 3 && *i != 7).map(|(_, id)| id.clone()).collect();
+    let mut reported = std::collections::HashSet::new();
+    while reported.len() < quiet.len() {
+        if let WorkerEvent::Settled { task_id, status, .. } = next(&mut events, "the settlements").await {
+            assert_eq!(status, TaskStatus::Succeeded);
+            reported.insert(task_id);
+        }
+    }
+    assert_eq!(reported, quiet, "every task whose observer did not panic is reported");
+    waymark_tests::eventually(Duration::from_secs(10), "all ten counted settled", || async {
+        handle.settled() == 10
+    })
+    .await;
+    let after = store.submit(NewTask::new("t", json!({})).queue("ev-obs")).await.expect("submit");
+    loop {
+        if let WorkerEvent::Settled { task_id, .. } = next(&mut events, "a later settlement").await {
+            if task_id == after.id {
+                break;
+            }
+        }
+    }
+    handle.shutdown();
+    run.await.expect("worker ends");
+    schema.drop().await;
+}

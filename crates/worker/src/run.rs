@@ -169,7 +169,7 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
     let is_batch = batch.is_some();
     let shared = shared.clone();
     let settler = settler.clone();
-    runs.spawn(async move {
+    let fut = async move {
         let slot = slot;
         let handed = {
             let running = &slot.running;
@@ -189,7 +189,9 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
                             // Handed off below, with the slot.
                             return settlement_for(&shared, task, run, outcome);
                         }
-                        settle(&shared, &settler, task, run, outcome).await;
+                        // Boxed, as the batch's run: only a worker without
+                        // a batcher settles here.
+                        Box::pin(settle(&shared, &settler, task, run, outcome)).await;
                         None
                     }
                 }
@@ -215,13 +217,20 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
         // finishes it (`handed_answer`). A batcher closed meanwhile (at
         // shutdown) gives it back to settle here.
         if let Some((settlement, Handoff { slot })) = settler.hand_off(settlement, Handoff { slot }) {
-            let run = &slot.running[0];
-            let answer = settler.settle(&shared.store, &settlement).await;
-            if let Some(rest) = answered(&shared, || settler.clone(), run, settlement, answer) {
-                rest.await;
-            }
+            // Boxed (by `within`): rare, and inline it would widen every
+            // call's future.
+            let run = slot.running[0].clone();
+            within(run, async move {
+                let run = &slot.running[0];
+                let answer = settler.settle(&shared.store, &settlement).await;
+                if let Some(rest) = answered(&shared, || settler.clone(), run, settlement, answer) {
+                    rest.await;
+                }
+            })
+            .await;
         }
-    });
+    };
+    runs.spawn(fut);
 }
 
 /// What is left of a one-task call whose settlement was handed off: its
@@ -333,8 +342,9 @@ impl<E> Drop for UnitsHold<E> {
     }
 }
 
-/// Ends a call when its future ends, however it ends. Its tasks' entries
-/// leave the running map (those that are still this call's), except past
+/// Ends a call when it drops, however the call ends: with its future, or,
+/// for a one-task call that handed its settlement off, once the batcher has
+/// its answer ([`Handoff`]). Its tasks' entries leave the running map (those that are still this call's), except past
 /// the shutdown grace: shutdown owns the map then, and a run it stopped
 /// ends unsettled, its lease renewed until shutdown gives the task back.
 ///
@@ -576,7 +586,8 @@ pub(crate) async fn settle<E: PgExecutor + 'static>(
 
 /// Records a settlement's first answer, or, on the rare paths (its data
 /// refused, a passing failure, a lost lease), answers the rest of the work
-/// as a future of its own: boxed, so that no run's future carries it.
+/// as a future of its own: boxed, so that no call's future carries it (a
+/// handed-off call's runs in the batcher, apart from its flushes).
 /// `settler` is asked for only on those paths.
 pub(crate) fn answered<E: PgExecutor + 'static>(
     shared: &Arc<Shared<E>>,
@@ -591,8 +602,9 @@ pub(crate) fn answered<E: PgExecutor + 'static>(
         settled(shared, running, &settlement, answer);
         return None;
     }
-    let (shared, settler, running) = (shared.clone(), settler(), running.clone());
-    Some(Box::pin(async move {
+    let (shared, settler, run) = (shared.clone(), settler(), running.clone());
+    Some(Box::pin(within(running.clone(), async move {
+        let running = run;
         let (settlement, answer) = match refused {
             Some(instead) => {
                 let answer = settler.settle(&shared.store, &instead).await;
@@ -605,7 +617,14 @@ pub(crate) fn answered<E: PgExecutor + 'static>(
             Err(e) if e.is_lost_lease() => lost_answer(&shared, &running, &settlement).await,
             other => settled(&shared, &running, &settlement, other),
         }
-    }))
+    })))
+}
+
+/// Polls `fut` inside `run`'s observed context, as its handler was polled:
+/// a settlement's statements and logs belong to the run.
+fn within<F: Future + Send + 'static>(run: Arc<Running>, fut: F) -> impl Future<Output = F::Output> + Send {
+    let mut fut = Box::pin(fut);
+    std::future::poll_fn(move |cx| run.enter(|| fut.as_mut().poll(cx)))
 }
 
 /// What a settlement whose data PostgreSQL refused becomes: a class-22
@@ -754,8 +773,9 @@ pub(crate) fn settled<E>(
 }
 
 /// A passing failure (the pool saturated, its breaker open, a lost
-/// connection) is tried again while the lease lasts; a resent settlement
-/// that had committed answers "lost lease", and the row is right.
+/// connection) is tried again for up to half the lease, and not past
+/// shutdown's grace or after `stop_now` (the lease decides then); a resent
+/// settlement that had committed answers "lost lease", and the row is right.
 pub(crate) async fn settle_again<E: PgExecutor + 'static>(
     shared: &Arc<Shared<E>>,
     settler: &Settler<E>,

@@ -10,14 +10,16 @@
 //! channel or wakeup of its own for the answer.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
 use waymark_store::{ExecError, PgExecutor, Result, Settled, Settlement, Store};
 
-use crate::run::{handed_answer, Ended, Handoff};
+use crate::run::{handed_answer, panic_message, Ended, Handoff};
 
 /// What a flush leaves to do after its answers: a handed-off settlement's
 /// rare paths (a resend, a refused result's failure, a lost lease's read).
@@ -47,7 +49,17 @@ impl<E: PgExecutor + 'static> Reply<E> {
             }
             Reply::Handoff(handoff) => {
                 let settler = || Settler { tx: again.upgrade() };
-                follow_ups.extend(handed_answer(handoff, settlement, out, settler, ended));
+                // Recording it calls the observer's code: a panic there
+                // costs that task its record (its call still ends, as the
+                // unwind drops it), not the rest of the batch theirs.
+                let answer = AssertUnwindSafe(|| handed_answer(handoff, settlement, out, settler, ended));
+                match std::panic::catch_unwind(answer) {
+                    Ok(follow_up) => follow_ups.extend(follow_up),
+                    Err(panic) => tracing::error!(
+                        panic = %panic_message(&panic),
+                        "recording a settlement's answer panicked (in an observer?)"
+                    ),
+                }
             }
         }
     }
@@ -140,7 +152,9 @@ pub(crate) struct Batcher {
 }
 
 impl Batcher {
-    /// Flushes what is queued and waits for every flush to be answered.
+    /// Flushes what is queued and waits for every flush to be answered,
+    /// and for what the answers left to do (resends, which stop past
+    /// shutdown's grace).
     /// It does not wait for the senders to go away: a run stuck in
     /// blocking code may hold one for good (a later settlement goes
     /// straight to the store).
@@ -166,21 +180,40 @@ async fn batch_loop<E: PgExecutor + 'static>(
     window: Duration,
 ) {
     let slots = Arc::new(tokio::sync::Semaphore::new(FLUSHES_IN_FLIGHT));
-    let mut flushes = tokio::task::JoinSet::new();
+    // Flushes answer what their answers leave to do, which runs apart: a
+    // follow-up (a resend may wait for most of a lease) is no flush in
+    // flight, which a short batch waits for below.
+    let mut flushes: JoinSet<Vec<FollowUp>> = JoinSet::new();
+    let mut follow_ups: JoinSet<()> = JoinSet::new();
+    let mut follow = |done: Result<Vec<FollowUp>, tokio::task::JoinError>| {
+        for f in done.unwrap_or_default() {
+            follow_ups.spawn(f);
+        }
+        while follow_ups.try_join_next().is_some() {}
+    };
     loop {
-        let first = tokio::select! {
+        let received = tokio::select! {
             biased;
-            item = rx.recv() => match item {
-                Some(item) => item,
-                None => break,
-            },
-            _ = closing.wait_for(|closed| *closed) => {
+            item = rx.recv() => Some(item),
+            // A flush's follow-ups start as it ends, settlements or not.
+            Some(done) = flushes.join_next(), if !flushes.is_empty() => {
+                follow(done);
+                continue;
+            }
+            _ = closing.wait_for(|closed| *closed) => None,
+        };
+        let first = match received {
+            Some(Some(item)) => item,
+            Some(None) => break,
+            None => {
                 // Later sends fail and go straight to the store; what was
-                // queued before this is flushed below.
+                // queued before this is flushed below. (`recv`, not
+                // `try_recv`: a send under way as it closed is waited for,
+                // not dropped.)
                 rx.close();
-                match rx.try_recv() {
-                    Ok(item) => item,
-                    Err(_) => break,
+                match rx.recv().await {
+                    Some(item) => item,
+                    None => break,
                 }
             }
         };
@@ -209,13 +242,14 @@ async fn batch_loop<E: PgExecutor + 'static>(
         // A full batch goes at once, so a drain keeps its flushes overlapped;
         // and a flush that hangs (a row lock, a lost connection) holds the
         // next one back [`HOLD_MAX`] at most.
-        let held_until = tokio::time::Instant::now() + HOLD_MAX;
+        let held = tokio::time::sleep(HOLD_MAX);
+        tokio::pin!(held);
         while batch.len() < max_batch && !flushes.is_empty() {
             let room = max_batch - batch.len();
             tokio::select! {
                 taken = rx.recv_many(&mut batch, room) => if taken == 0 { break },
-                _ = flushes.join_next() => {}
-                () = tokio::time::sleep_until(held_until) => break,
+                Some(done) = flushes.join_next() => follow(done),
+                () = &mut held => break,
             }
         }
         let permit = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
@@ -223,13 +257,16 @@ async fn batch_loop<E: PgExecutor + 'static>(
         flushes.spawn(async move {
             let follow_ups = flush(&store, &again, batch).await;
             drop(permit);
-            // Rare (a failure), and not holding back the next flush; the
-            // batcher's end still waits for them.
-            futures::future::join_all(follow_ups).await;
+            follow_ups
         });
-        while flushes.try_join_next().is_some() {}
+        while let Some(done) = flushes.try_join_next() {
+            follow(done);
+        }
     }
-    while flushes.join_next().await.is_some() {}
+    while let Some(done) = flushes.join_next().await {
+        follow(done);
+    }
+    while follow_ups.join_next().await.is_some() {}
 }
 
 /// Settles one batch and answers each of its settlements; what the
@@ -263,9 +300,9 @@ async fn flush<E: PgExecutor + 'static>(
             tracing::warn!(error = %e, size = items.len(), "batched settlement failed; settling one by one");
             // A snooze cannot be resent blind when the batch may have
             // committed: it gives the attempt back, so its fence also
-            // matches this worker's re-claim of the task. Its run resends
-            // it (`run::settle_again`), which stops once a re-claim here
-            // has marked that run lost.
+            // matches this worker's re-claim of the task. Its run (or, for a
+            // handed-off call, a follow-up) resends it (`run::settle_again`),
+            // which stops once a re-claim here has marked that run lost.
             let unknown = e.is_transient().then(|| e.exec_kind()).flatten();
             for (s, reply) in items.into_iter().zip(replies) {
                 let out = match (&s, unknown) {
@@ -274,7 +311,8 @@ async fn flush<E: PgExecutor + 'static>(
                     }
                     _ => settle_one(store, &s).await,
                 };
-                reply.answer(s, out, again, &mut ended, &mut follow_ups);
+                // One by one, each call ends as it is answered.
+                reply.answer(s, out, again, &mut Ended::default(), &mut follow_ups);
             }
         }
     }

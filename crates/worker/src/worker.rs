@@ -327,6 +327,10 @@ impl<E: PgExecutor + 'static> Worker<E> {
             Settler::start(shared.store.clone(), shared.settings.settle_batch, shared.settings.settle_window);
         // Dropped with `run` (a caller's select!, say): no lease outlives it.
         let _beats = AbortOnDrop(tokio::spawn(heartbeat_loop(shared.clone())));
+        // And what the batcher still resends stops: its leases are no
+        // longer renewed. (At the end of a run that finished, nothing is
+        // left to stop.)
+        let _stop = StopNowOnDrop(shared.clone());
         let mut runs = JoinSet::new();
         claim_loop(&shared, &settler, &mut runs).await;
         shutdown(&shared, &mut runs).await;
@@ -335,6 +339,14 @@ impl<E: PgExecutor + 'static> Worker<E> {
             b.finish().await; // flushes what is queued, then ends
         }
         shared.state.events.emit(|| WorkerEvent::Stopped);
+    }
+}
+
+struct StopNowOnDrop<E>(Arc<Shared<E>>);
+
+impl<E> Drop for StopNowOnDrop<E> {
+    fn drop(&mut self) {
+        self.0.state.stop_now.send_replace(true);
     }
 }
 
