@@ -531,6 +531,18 @@ async fn supervise<E, T>(shared: &Shared<E>, fut: impl Future<Output = T>) -> Op
             None => Ok(run.await),
         }
     };
+    // The stop first: a call started under `stop_now` past the grace is
+    // dropped before its handler is polled at all.
+    if *shared.state.past_grace.borrow() && *shared.state.stop_now.borrow() {
+        return None;
+    }
+    // Then one poll without the stop's watchers: most calls end in it, and
+    // subscribing (and registering a waiter, and taking it out again) on
+    // the worker-wide watches costs more than a short handler.
+    let mut bounded = std::pin::pin!(bounded);
+    if let std::task::Poll::Ready(r) = futures::poll!(bounded.as_mut()) {
+        return Some(ended(r));
+    }
     // Past the shutdown grace the token fires; the handler gets a moment to
     // stop by itself (none when told to stop now), then its future is
     // dropped and the task given back.
@@ -547,17 +559,22 @@ async fn supervise<E, T>(shared: &Shared<E>, fut: impl Future<Output = T>) -> Op
         })
         .await;
     };
-    // The stop first: a call started under `stop_now` is dropped before
-    // its handler is polled at all.
-    let result = tokio::select! {
+    let r = tokio::select! {
         biased;
         _ = stopped => return None,
-        r = bounded => match r {
-            Ok(r) => r,
-            Err(limit) => return Some(Err(RunEnd::TimedOut(limit))),
-        },
+        r = bounded => r,
     };
-    Some(result.map_err(|panic| RunEnd::Panicked(panic_message(&panic))))
+    Some(ended(r))
+}
+
+/// A supervised call's end: its output, or its panic or time limit as a
+/// [`RunEnd`].
+fn ended<T>(r: Result<Result<T, Box<dyn std::any::Any + Send>>, Duration>) -> Result<T, RunEnd> {
+    match r {
+        Ok(Ok(out)) => Ok(out),
+        Ok(Err(panic)) => Err(RunEnd::Panicked(panic_message(&panic))),
+        Err(limit) => Err(RunEnd::TimedOut(limit)),
+    }
 }
 
 pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
