@@ -448,3 +448,37 @@ async fn a_failed_claim_is_tried_again_soon_not_at_the_next_poll() {
     run.await.expect("worker ends");
     schema.drop().await;
 }
+
+/// `stop_now` cuts shutdown's grace: a handler that ignores its token is
+/// dropped at once, not after the grace (30 s here), and its task given
+/// back unspent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_now_drops_a_handler_deaf_to_its_token_and_gives_its_task_back() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let task = store.submit(NewTask::new("deaf", json!({}))).await.expect("submit");
+    let started = Arc::new(tokio::sync::Notify::new());
+    let s = started.clone();
+    let worker = Worker::builder(store.clone())
+        .shutdown_grace(Duration::from_secs(30))
+        .task("deaf", move |_ctx, _p: serde_json::Value| {
+            s.notify_one();
+            async move {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok(())
+            }
+        })
+        .build()
+        .expect("worker");
+    let handle = worker.handle();
+    let run = tokio::spawn(worker.run());
+    tokio::time::timeout(Duration::from_secs(10), started.notified()).await.expect("the handler starts");
+    let stopping = std::time::Instant::now();
+    handle.shutdown();
+    handle.stop_now();
+    tokio::time::timeout(Duration::from_secs(20), run).await.expect("stopped").expect("worker ends");
+    let took = stopping.elapsed();
+    assert!(took < Duration::from_secs(3), "stop_now took {took:?}");
+    assert_given_back(&store.fetch(&task.id).await.expect("fetch"));
+    schema.drop().await;
+}
