@@ -70,17 +70,15 @@ impl Capacities {
     /// Reserves up to `want` units of every capacity in `of` (as many as
     /// the fullest of them has left).
     pub(crate) fn reserve(self: &Arc<Self>, of: &Arc<[usize]>, want: usize) -> Units {
-        let n = if of.is_empty() {
-            want
-        } else {
-            let mut slots = self.slots.lock().expect("capacities lock");
-            let n = of.iter().map(|&i| slots[i].1.saturating_sub(slots[i].2)).min().unwrap_or(0).min(want);
-            for &i in of.iter() {
-                slots[i].2 += n;
-            }
-            n
-        };
-        Units { caps: self.clone(), of: of.clone(), n }
+        if of.is_empty() {
+            return Units { held: None, n: want };
+        }
+        let mut slots = self.slots.lock().expect("capacities lock");
+        let n = of.iter().map(|&i| slots[i].1.saturating_sub(slots[i].2)).min().unwrap_or(0).min(want);
+        for &i in of.iter() {
+            slots[i].2 += n;
+        }
+        Units { held: Some((self.clone(), of.clone())), n }
     }
 
     fn release(&self, of: &[usize], n: usize) {
@@ -97,8 +95,9 @@ impl Capacities {
 /// Reserved units; given back on drop.
 #[derive(Debug)]
 pub(crate) struct Units {
-    caps: Arc<Capacities>,
-    of: Arc<[usize]>,
+    /// The capacities they count against; none without limits (nothing
+    /// to give back, and no shared count touched per call).
+    held: Option<(Arc<Capacities>, Arc<[usize]>)>,
     n: usize,
 }
 
@@ -111,20 +110,22 @@ impl Units {
     /// `max_running`): a draw without limits counts its calls in units of
     /// nothing.
     pub(crate) fn hold_capacity(&self) -> bool {
-        self.n > 0 && !self.of.is_empty()
+        self.n > 0 && self.held.is_some()
     }
 
     /// Moves one unit out, for one call.
     pub(crate) fn take_one(&mut self) -> Units {
         debug_assert!(self.n > 0);
         self.n -= 1;
-        Units { caps: self.caps.clone(), of: self.of.clone(), n: 1 }
+        Units { held: self.held.clone(), n: 1 }
     }
 }
 
 impl Drop for Units {
     fn drop(&mut self) {
-        self.caps.release(&self.of, self.n);
+        if let Some((caps, of)) = &self.held {
+            caps.release(of, self.n);
+        }
     }
 }
 
