@@ -546,8 +546,10 @@ async fn supervise<E, T>(shared: &Shared<E>, fut: impl Future<Output = T>) -> Op
     // Past the shutdown grace the token fires; the handler gets a moment to
     // stop by itself (none when told to stop now), then its future is
     // dropped and the task given back.
+    // Boxed, as the timers above: only a call that outlives its first poll
+    // pays for it, where inline every call's future would carry it.
     let (mut past_grace, mut now) = (shared.state.past_grace.subscribe(), shared.state.stop_now.subscribe());
-    let stopped = async move {
+    let stopped = Box::pin(async move {
         if past_grace.wait_for(|past| *past).await.is_err() {
             std::future::pending::<()>().await;
         }
@@ -558,7 +560,7 @@ async fn supervise<E, T>(shared: &Shared<E>, fut: impl Future<Output = T>) -> Op
             }
         })
         .await;
-    };
+    });
     let r = tokio::select! {
         biased;
         _ = stopped => return None,
