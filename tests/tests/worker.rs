@@ -562,15 +562,22 @@ async fn a_busy_worker_still_recovers_expired_leases_every_poll_interval() {
     schema.drop().await;
 }
 
-/// A settlement that meets a passing failure (here the pool's only
-/// connection held elsewhere, so each try is refused as saturated) is tried
-/// again while the lease lasts, and lands once the connection is free: no
-/// settle error reaches the hook, and the task ends succeeded on its first
-/// attempt, long before its lease would have run out.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_settlement_refused_by_a_saturated_pool_is_tried_again() {
-    use waymark_store::{ConnectOptions, PgExecutor, PgTransaction};
-    let schema = TestSchema::new().await;
+/// A worker whose one task's settlement meets a passing failure: the
+/// pool's only connection is held here (`tx`) from before the handler
+/// returns, and the settlement has been refused as saturated a few times.
+struct RefusedSettlement {
+    store: Arc<Store<PgPool>>,
+    task: Task,
+    handle: WorkerHandle,
+    run: tokio::task::JoinHandle<()>,
+    tx: waymark_pool::PoolTransaction,
+}
+
+async fn a_refused_settlement(
+    schema: &TestSchema,
+    configure: impl FnOnce(waymark_worker::WorkerBuilder<PgPool>) -> waymark_worker::WorkerBuilder<PgPool>,
+) -> RefusedSettlement {
+    use waymark_store::{ConnectOptions, PgExecutor};
     let pool = PgPool::builder(&schema.url)
         .max_size(1)
         .acquire_timeout(Duration::from_millis(50))
@@ -581,12 +588,9 @@ async fn a_settlement_refused_by_a_saturated_pool_is_tried_again() {
         Arc::new(Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect"));
     let task = store.submit(NewTask::new("held", json!({})).queue("held")).await.expect("submit");
     let (started, gate) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
-    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
-    let (s, g, e) = (started.clone(), gate.clone(), errors.clone());
-    let w = Worker::builder(store.clone())
-        .queues(["held"])
-        .poll_interval(Duration::from_secs(60))
-        .on_error(move |err| e.lock().unwrap().push(err.during.clone()))
+    let (s, g) = (started.clone(), gate.clone());
+    let builder = Worker::builder(store.clone()).queues(["held"]).poll_interval(Duration::from_secs(60));
+    let w = configure(builder)
         .task("held", move |_ctx, _p: serde_json::Value| {
             let (s, g) = (s.clone(), g.clone());
             async move {
@@ -612,6 +616,23 @@ async fn a_settlement_refused_by_a_saturated_pool_is_tried_again() {
         store.executor().stats().saturated >= refused + 3
     })
     .await;
+    RefusedSettlement { store, task, handle, run, tx }
+}
+
+/// A settlement that meets a passing failure (here the pool's only
+/// connection held elsewhere, so each try is refused as saturated) is tried
+/// again while the lease lasts, and lands once the connection is free: no
+/// settle error reaches the hook, and the task ends succeeded on its first
+/// attempt, long before its lease would have run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_refused_by_a_saturated_pool_is_tried_again() {
+    use waymark_store::PgTransaction;
+    let schema = TestSchema::new().await;
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let e = errors.clone();
+    let RefusedSettlement { store, task, handle, run, tx } =
+        a_refused_settlement(&schema, |b| b.on_error(move |err| e.lock().unwrap().push(err.during.clone())))
+            .await;
     tx.rollback().await.expect("give it back");
 
     let s = store.clone();
@@ -637,47 +658,11 @@ async fn a_settlement_refused_by_a_saturated_pool_is_tried_again() {
 /// so it is the batcher's resend that must stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settlement_still_refused_past_the_grace_does_not_hold_shutdown() {
-    use waymark_store::{ConnectOptions, PgExecutor, PgTransaction};
+    use waymark_store::PgTransaction;
     let schema = TestSchema::new().await;
-    let pool = PgPool::builder(&schema.url)
-        .max_size(1)
-        .acquire_timeout(Duration::from_millis(50))
-        .schema(&schema.schema)
-        .build()
-        .expect("pool");
-    let store =
-        Arc::new(Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect"));
-    let task = store.submit(NewTask::new("held", json!({})).queue("held")).await.expect("submit");
-    let (started, gate) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
-    let (s, g) = (started.clone(), gate.clone());
-    let w = Worker::builder(store.clone())
-        .queues(["held"])
-        .poll_interval(Duration::from_secs(60))
-        .shutdown_grace(Duration::from_millis(200))
-        .on_error(|_| {})
-        .task("held", move |_ctx, _p: serde_json::Value| {
-            let (s, g) = (s.clone(), g.clone());
-            async move {
-                s.notify_one();
-                g.notified().await;
-                Ok(())
-            }
-        })
-        .build()
-        .expect("worker");
-    let (handle, run) = spawn(w);
-    tokio::time::timeout(Duration::from_secs(10), started.notified()).await.expect("the handler starts");
-    let tx = until_some(Duration::from_secs(5), "the pool's only connection", || async {
-        store.executor().begin().await.ok()
-    })
-    .await;
-    let refused = store.executor().stats().saturated;
-    gate.notify_one();
-    eventually(Duration::from_secs(10), "the settlement refused a few times", || async {
-        store.executor().stats().saturated >= refused + 3
-    })
-    .await;
-
+    let RefusedSettlement { store, task, handle, run, tx } =
+        a_refused_settlement(&schema, |b| b.shutdown_grace(Duration::from_millis(200)).on_error(|_| {}))
+            .await;
     let stopping = Instant::now();
     handle.shutdown();
     tokio::time::timeout(Duration::from_secs(10), run).await.expect("shutdown ends").expect("worker ends");
