@@ -193,7 +193,17 @@ impl Running {
     pub(crate) fn observe_end(&self, end: RunEnd) {
         if let Some(scope) = &self.scope.0 {
             if !self.observed.swap(true, Ordering::SeqCst) {
-                scope.end(end);
+                // The observer's code: a panic there is logged, not let
+                // through the loops that report ends (a flush, the
+                // heartbeat), where it would stop other tasks' work.
+                let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scope.end(end)));
+                if let Err(panic) = ended {
+                    tracing::error!(
+                        task = %self.id(),
+                        panic = %crate::run::panic_message(&panic),
+                        "an observer panicked as a run ended"
+                    );
+                }
             }
         }
     }

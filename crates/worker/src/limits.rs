@@ -82,7 +82,7 @@ impl Capacities {
     }
 
     fn release(&self, of: &[usize], n: usize) {
-        if n == 0 || of.is_empty() {
+        if n == 0 {
             return;
         }
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());

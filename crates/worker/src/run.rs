@@ -66,16 +66,16 @@ pub(crate) fn register_calls<E: PgExecutor + 'static>(
             Registered { tasks, units, running, ahead }
         })
         .collect();
-    {
+    let displaced: Vec<Arc<Running>> = {
         let mut map = shared.state.running.lock().expect("running lock");
-        for run in registered.iter().flat_map(|call| call.running.iter()) {
-            if let Some(old) = map.insert(run.key().clone(), run.clone()) {
-                // Our own earlier run of this task lost its lease (the claim
-                // just recovered and re-took it): that run must write nothing
-                // more.
-                old.mark_lost();
-            }
-        }
+        let runs = registered.iter().flat_map(|call| call.running.iter());
+        runs.filter_map(|run| map.insert(run.key().clone(), run.clone())).collect()
+    };
+    // Our own earlier run of a task lost its lease (the claim just
+    // recovered and re-took it): that run must write nothing more. (Out of
+    // the lock: marking it tells the observer.)
+    for old in displaced {
+        old.mark_lost();
     }
     for task in registered.iter().flat_map(|call| call.tasks.iter()) {
         shared.state.events.emit(|| WorkerEvent::Claimed {
@@ -234,7 +234,8 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
 }
 
 /// What is left of a one-task call whose settlement was handed off: its
-/// slot (which holds its run), dropped once the answer is recorded.
+/// slot (which holds its run), ended with the flush that records its
+/// answer ([`Ended`]), or after the follow-up that answer leaves.
 pub(crate) struct Handoff<E> {
     slot: Slot<E>,
 }
@@ -262,7 +263,8 @@ pub(crate) fn handed_answer<E: PgExecutor + 'static>(
 
 /// Handed-off calls whose answers are recorded, ended together when this
 /// drops (at the end of a flush): the running map locked once for them
-/// all, and the claim loop woken once.
+/// all, and the claim loop woken once for their settling (and by each
+/// call's units, when it has limits, as they go).
 pub(crate) struct Ended<E>(Vec<Slot<E>>);
 
 impl<E> Default for Ended<E> {
@@ -292,7 +294,7 @@ impl<E> Drop for Ended<E> {
             shared.state.settling.fetch_sub(settling, Ordering::SeqCst);
             shared.state.slot_freed.notify_one();
         }
-        // Each slot's drop now only lets go of its units and its place.
+        // Each slot's drop now only lets go of its units.
     }
 }
 
@@ -344,9 +346,11 @@ impl<E> Drop for UnitsHold<E> {
 
 /// Ends a call when it drops, however the call ends: with its future, or,
 /// for a one-task call that handed its settlement off, once the batcher has
-/// its answer ([`Handoff`]). Its tasks' entries leave the running map (those that are still this call's), except past
-/// the shutdown grace: shutdown owns the map then, and a run it stopped
-/// ends unsettled, its lease renewed until shutdown gives the task back.
+/// its answer ([`Handoff`]; several at once through [`Ended`]). Its tasks'
+/// entries leave the running map (those that are still this call's),
+/// except past the shutdown grace: shutdown owns the map then, and a run
+/// it stopped ends unsettled, its lease renewed until shutdown gives the
+/// task back.
 ///
 /// The call's slot goes earlier, when the handler ends
 /// ([`Slot::handler_ended`]): a slot bounds handlers at work, and tasks
@@ -549,7 +553,7 @@ async fn supervise<E, T>(shared: &Shared<E>, fut: impl Future<Output = T>) -> Op
     // Boxed, as the timers above: only a call that outlives its first poll
     // pays for it, where inline every call's future would carry it.
     let (mut past_grace, mut now) = (shared.state.past_grace.subscribe(), shared.state.stop_now.subscribe());
-    let stopped = Box::pin(async move {
+    let mut stopped = Box::pin(async move {
         if past_grace.wait_for(|past| *past).await.is_err() {
             std::future::pending::<()>().await;
         }
@@ -561,11 +565,19 @@ async fn supervise<E, T>(shared: &Shared<E>, fut: impl Future<Output = T>) -> Op
         })
         .await;
     });
-    let r = tokio::select! {
-        biased;
-        _ = stopped => return None,
-        r = bounded => r,
-    };
+    // The stop first at every poll; the handler not again at once, since it
+    // was polled just now (its waker, this task's, is registered).
+    let mut polled = true;
+    let r = std::future::poll_fn(|cx| {
+        if stopped.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(None);
+        }
+        if std::mem::take(&mut polled) {
+            return std::task::Poll::Pending;
+        }
+        bounded.as_mut().poll(cx).map(Some)
+    })
+    .await?;
     Some(ended(r))
 }
 

@@ -186,7 +186,13 @@ async fn batch_loop<E: PgExecutor + 'static>(
     let mut flushes: JoinSet<Vec<FollowUp>> = JoinSet::new();
     let mut follow_ups: JoinSet<()> = JoinSet::new();
     let mut follow = |done: Result<Vec<FollowUp>, tokio::task::JoinError>| {
-        for f in done.unwrap_or_default() {
+        let done = done.unwrap_or_else(|e| {
+            // Its calls ended as it unwound; what they left to do is lost,
+            // and their leases decide.
+            tracing::error!(error = %e, "a settlement flush panicked");
+            Vec::new()
+        });
+        for f in done {
             follow_ups.spawn(f);
         }
         while follow_ups.try_join_next().is_some() {}
