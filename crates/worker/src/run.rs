@@ -277,23 +277,12 @@ impl<E> Drop for Ended<E> {
     fn drop(&mut self) {
         let Some(first) = self.0.first() else { return };
         let shared = first.shared.clone();
-        let mut settling = 0;
-        {
+        let settled = {
             let past_grace = *shared.state.past_grace.borrow();
             let mut map = shared.state.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            for slot in &mut self.0 {
-                end_runs_in(&mut map, past_grace, &slot.running);
-                slot.ended = true;
-                let place = slot.place.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
-                if place.is_none() {
-                    settling += slot.running.len();
-                }
-            }
-        }
-        if settling > 0 {
-            shared.state.settling.fetch_sub(settling, Ordering::SeqCst);
-            shared.state.slot_freed.notify_one();
-        }
+            self.0.iter_mut().map(|slot| slot.end_in(&mut map, past_grace)).sum()
+        };
+        shared.state.stopped_settling(settled);
         // Each slot's drop now only lets go of its units.
     }
 }
@@ -385,20 +374,37 @@ impl<E> Slot<E> {
     }
 }
 
+impl<E> Slot<E> {
+    /// Ends the call's runs (the running map locked, and whether shutdown
+    /// is past its grace read, by the caller), its slot with them if its
+    /// handler never ended; answers how many of its tasks stop settling.
+    fn end_in(&mut self, map: &mut RunningMap, past_grace: bool) -> usize {
+        self.ended = true;
+        end_runs_in(map, past_grace, &self.running);
+        // Settled after its handler ended (which took the place): its
+        // tasks stop settling. Otherwise the slot goes here, unless a
+        // blocking closure still holds it.
+        match self.place.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
+            None => self.running.len(),
+            Some(_) => 0,
+        }
+    }
+}
+
 impl<E> Drop for Slot<E> {
     fn drop(&mut self) {
         if self.ended {
             return;
         }
-        end_runs(&self.shared, &self.running);
-        let place = self.place.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
-        if place.is_none() {
-            // Settled after its handler ended: its tasks stop settling.
-            self.shared.state.settling.fetch_sub(self.running.len(), Ordering::SeqCst);
-            self.shared.state.slot_freed.notify_one();
-        }
-        // The slot (if the handler never ended) and the units go at the
-        // end of this body, unless a blocking closure still holds them.
+        let shared = self.shared.clone();
+        let settled = {
+            let past_grace = *shared.state.past_grace.borrow();
+            let mut map = shared.state.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            self.end_in(&mut map, past_grace)
+        };
+        shared.state.stopped_settling(settled);
+        // The units go at the end of this body, unless a blocking closure
+        // still holds them.
     }
 }
 
@@ -634,7 +640,7 @@ pub(crate) fn answered<E: PgExecutor + 'static>(
         return None;
     }
     let (shared, settler, run) = (shared.clone(), settler(), running.clone());
-    Some(Box::pin(within(running.clone(), async move {
+    Some(within(running.clone(), async move {
         let running = run;
         let (settlement, answer) = match refused {
             Some(instead) => {
@@ -648,14 +654,17 @@ pub(crate) fn answered<E: PgExecutor + 'static>(
             Err(e) if e.is_lost_lease() => lost_answer(&shared, &running, &settlement).await,
             other => settled(&shared, &running, &settlement, other),
         }
-    })))
+    }))
 }
 
 /// Polls `fut` inside `run`'s observed context, as its handler was polled:
-/// a settlement's statements and logs belong to the run.
-fn within<F: Future + Send + 'static>(run: Arc<Running>, fut: F) -> impl Future<Output = F::Output> + Send {
-    let mut fut = Box::pin(fut);
-    std::future::poll_fn(move |cx| run.enter(|| fut.as_mut().poll(cx)))
+/// a settlement's statements and logs belong to the run. Boxed: it is a
+/// rare path's, kept out of the futures that carry it.
+fn within(run: Arc<Running>, fut: impl Future<Output = ()> + Send + 'static) -> FollowUp {
+    Box::pin(async move {
+        let mut fut = std::pin::pin!(fut);
+        std::future::poll_fn(|cx| run.enter(|| fut.as_mut().poll(cx))).await;
+    })
 }
 
 /// What a settlement whose data PostgreSQL refused becomes: a class-22

@@ -10,7 +10,6 @@
 //! channel or wakeup of its own for the answer.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +18,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use waymark_store::{ExecError, PgExecutor, Result, Settled, Settlement, Store};
 
-use crate::run::{handed_answer, panic_message, Ended, Handoff};
+use crate::run::{handed_answer, Ended, Handoff};
 
 /// What a flush leaves to do after its answers: a handed-off settlement's
 /// rare paths (a resend, a refused result's failure, a lost lease's read).
@@ -48,18 +47,11 @@ impl<E: PgExecutor + 'static> Reply<E> {
                 let _ = reply.send(out);
             }
             Reply::Handoff(handoff) => {
+                // Recording it calls the observer and the error hook, whose
+                // panics are caught where they are called
+                // (`Running::observe_end`, `Shared::report`).
                 let settler = || Settler { tx: again.upgrade() };
-                // Recording it calls the observer's code: a panic there
-                // costs that task its record (its call still ends, as the
-                // unwind drops it), not the rest of the batch theirs.
-                let answer = AssertUnwindSafe(|| handed_answer(handoff, settlement, out, settler, ended));
-                match std::panic::catch_unwind(answer) {
-                    Ok(follow_up) => follow_ups.extend(follow_up),
-                    Err(panic) => tracing::error!(
-                        panic = %panic_message(&panic),
-                        "recording a settlement's answer panicked (in an observer?)"
-                    ),
-                }
+                follow_ups.extend(handed_answer(handoff, settlement, out, settler, ended));
             }
         }
     }

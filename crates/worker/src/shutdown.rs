@@ -24,14 +24,8 @@ pub(crate) const SETTLE_BOUND: Duration = Duration::from_secs(2);
 /// still runs it): it is left to its lease, which is no longer renewed.
 pub(crate) async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &mut JoinSet<()>) {
     let mut now = shared.state.stop_now.subscribe();
-    // A call that handed its settlement off has ended; its task is settled
-    // once the batcher answers.
-    let all_ended = async {
-        while runs.join_next().await.is_some() {}
-        shared.state.settlements_answered().await;
-    };
     let ended = tokio::select! {
-        out = tokio::time::timeout(shared.settings.shutdown_grace, all_ended) => out.is_ok(),
+        out = tokio::time::timeout(shared.settings.shutdown_grace, all_ended(shared, runs)) => out.is_ok(),
         Ok(_) = now.wait_for(|now| *now) => false,
     };
     if ended {
@@ -47,12 +41,7 @@ pub(crate) async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r
     }
     // A run that answers its token, or is dropped after STOP_GRACE, ends
     // here; one already settling gets a moment to hear its answer.
-    let ended = tokio::time::timeout(STOP_GRACE + SETTLE_BOUND, async {
-        while runs.join_next().await.is_some() {}
-        shared.state.settlements_answered().await;
-    })
-    .await
-    .is_ok();
+    let ended = tokio::time::timeout(STOP_GRACE + SETTLE_BOUND, all_ended(shared, runs)).await.is_ok();
     if !ended {
         // Blocking code never yields, so it cannot be aborted or awaited.
         // An aborted run that does yield ends at once; wait a moment for
@@ -85,6 +74,14 @@ pub(crate) async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r
     }
     futures::future::join_all(give_back.iter().map(|r| release(shared, r, GiveBack::Shutdown))).await;
     shared.state.running.lock().expect("running lock").clear();
+}
+
+/// Until every call has ended and every settlement it handed off has been
+/// answered (a call that handed its settlement off has ended already; its
+/// task is settled once the batcher answers).
+async fn all_ended<E>(shared: &Shared<E>, runs: &mut JoinSet<()>) {
+    while runs.join_next().await.is_some() {}
+    shared.state.settlements_answered().await;
 }
 
 /// Why a task is given back.

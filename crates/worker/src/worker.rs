@@ -84,6 +84,15 @@ impl State {
         *self.past_grace.borrow() || *self.stop_now.borrow()
     }
 
+    /// `n` tasks' settlements have been answered (their calls ended): they
+    /// stop settling, and the claim loop (or shutdown) hears it.
+    pub(crate) fn stopped_settling(&self, n: usize) {
+        if n > 0 {
+            self.settling.fetch_sub(n, std::sync::atomic::Ordering::SeqCst);
+            self.slot_freed.notify_one();
+        }
+    }
+
     /// Until no task is settling: every handed-off settlement answered.
     /// Waits on `slot_freed`, which only shutdown waits on once the claim
     /// loop has ended.
