@@ -176,6 +176,45 @@ async fn a_handler_stuck_in_blocking_code_cannot_hold_shutdown() {
     schema.drop().await;
 }
 
+/// The calls of one claim share the worker's runners: a handler that
+/// blocks its thread (a bug, but a common one) must not hold up the calls
+/// started beside it, which the other thread runs meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_blocking_its_thread_holds_up_no_other_call() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    // One claim takes them all: the blocking one first in the queue's order.
+    let mut batch = vec![NewTask::new("blocks", json!({})).priority(10)];
+    batch.extend((0..40).map(|i| NewTask::new("quick", json!({ "i": i }))));
+    let ids = store.submit_batch(batch).await.expect("submit");
+    // Real time is under test: the quick calls must all end while the
+    // blocking one still holds its thread.
+    let blocked_for = Duration::from_secs(5);
+    let worker = Worker::builder(store.clone())
+        .concurrency(64)
+        .task("blocks", move |_ctx, _p: serde_json::Value| async move {
+            std::thread::sleep(blocked_for);
+            Ok(json!({}))
+        })
+        .task("quick", |_ctx, _p: serde_json::Value| async move {
+            tokio::task::yield_now().await;
+            Ok(json!({}))
+        })
+        .build()
+        .expect("worker");
+    let handle = worker.handle();
+    let started = Instant::now();
+    let run = tokio::spawn(worker.run());
+    let quick: Vec<&str> = ids[1..].iter().map(String::as_str).collect();
+    until_each(&store, &quick, "every quick task done", |(st, _)| st == TaskStatus::Succeeded).await;
+    let took = started.elapsed();
+    assert!(took < blocked_for, "the quick calls waited {took:?}, behind the blocked handler");
+    assert_eq!(status_of(&store, &ids[0]).await.0, TaskStatus::Running, "the blocking call still runs");
+    handle.shutdown();
+    run.await.expect("worker ends");
+    schema.drop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_that_fails_is_tried_again_while_the_lease_lasts() {
     let schema = TestSchema::new().await;

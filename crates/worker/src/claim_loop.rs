@@ -9,7 +9,7 @@ use waymark_store::{Error, PgExecutor, Signal};
 
 use crate::plan::Drawn;
 use crate::run::{give_back, register_calls, start_call, Registered};
-use crate::settle::Settler;
+use crate::runners::Runs;
 use crate::worker::Shared;
 
 /// How long the claim loop waits at most for more free slots before it
@@ -69,18 +69,13 @@ fn claim_ahead(concurrency: usize, average: Option<Duration>) -> usize {
 }
 
 /// Runs the claim loop until shutdown begins; what it claimed is started.
-pub(crate) async fn claim_loop<E: PgExecutor + 'static>(
-    shared: &Arc<Shared<E>>,
-    settler: &Settler<E>,
-    runs: &mut JoinSet<()>,
-) {
-    ClaimLoop::new(shared, settler).run(runs).await;
+pub(crate) async fn claim_loop<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &Runs<E>) {
+    ClaimLoop::new(shared).run(runs).await;
 }
 
 /// The claim loop and everything it keeps between turns.
 struct ClaimLoop<'a, E> {
     shared: &'a Arc<Shared<E>>,
-    settler: &'a Settler<E>,
     /// Claims under way, and the slots each asked for (by task id, so that
     /// a claim task that panicked still gives its slots back).
     claims: JoinSet<Drawn>,
@@ -135,10 +130,9 @@ struct ClaimLoop<'a, E> {
 }
 
 impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
-    fn new(shared: &'a Arc<Shared<E>>, settler: &'a Settler<E>) -> Self {
+    fn new(shared: &'a Arc<Shared<E>>) -> Self {
         ClaimLoop {
             shared,
-            settler,
             claims: JoinSet::new(),
             asked: HashMap::new(),
             reserved: 0,
@@ -160,7 +154,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         }
     }
 
-    async fn run(mut self, runs: &mut JoinSet<()>) {
+    async fn run(mut self, runs: &Runs<E>) {
         let shared = self.shared;
         let mut stop = shared.state.stop.subscribe();
         let mut watch =
@@ -168,7 +162,6 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         // The watch's first answer is "read now".
         let _ = watch.next().await;
         loop {
-            while runs.try_join_next().is_some() {}
             self.start_ready(runs);
             self.give_back_stale();
             if *stop.borrow() {
@@ -284,7 +277,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
     }
 
     /// Starts calls claimed ahead, oldest first, while slots are free.
-    fn start_ready(&mut self, runs: &mut JoinSet<()>) {
+    fn start_ready(&mut self, runs: &Runs<E>) {
         while !self.ready.is_empty() && self.shared.running_count() < self.shared.settings.concurrency {
             let (_, call) = self.ready.pop_front().expect("not empty");
             if call.all_lost() {
@@ -293,7 +286,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                 self.returning.spawn(give_back(self.shared.clone(), call));
                 continue;
             }
-            start_call(self.shared, self.settler, runs, call);
+            start_call(self.shared, runs, call);
         }
     }
 
@@ -389,7 +382,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
 
     /// A claim came back: its slots are no longer reserved, a short answer
     /// means dry, a failure schedules a retry; what it claimed starts.
-    fn claimed(&mut self, id: tokio::task::Id, out: Drawn, runs: &mut JoinSet<()>) {
+    fn claimed(&mut self, id: tokio::task::Id, out: Drawn, runs: &Runs<E>) {
         let asked = self.asked.remove(&id).unwrap_or_default();
         self.reserved -= asked.calls;
         self.reserved_slots -= asked.for_slots;
@@ -452,7 +445,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
     /// At shutdown: claimed tasks are ours, so run what has a slot (and
     /// shutdown settles or gives it back like the rest), and give back
     /// what was claimed ahead of one, running any whose give back failed.
-    async fn start_what_is_claimed(&mut self, runs: &mut JoinSet<()>) {
+    async fn start_what_is_claimed(&mut self, runs: &Runs<E>) {
         while let Some(done) = self.claims.join_next().await {
             match done {
                 Ok(out) => self.take(out),
@@ -468,7 +461,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         let left =
             std::mem::take(&mut self.ready).into_iter().map(|(_, call)| give_back(self.shared.clone(), call));
         for call in futures::future::join_all(left).await.into_iter().flatten() {
-            start_call(self.shared, self.settler, runs, call);
+            start_call(self.shared, runs, call);
         }
     }
 }

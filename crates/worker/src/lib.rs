@@ -117,6 +117,7 @@ mod limits;
 mod one_or_many;
 mod plan;
 mod run;
+mod runners;
 mod settle;
 mod shutdown;
 mod worker;

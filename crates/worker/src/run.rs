@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use tokio::task::JoinSet;
 use waymark_store::{codes, Error, Failure, Lease, PgExecutor, Settled, Settlement, Task};
 
 use crate::context::{CancelReason, Running, TaskContext};
@@ -19,6 +18,7 @@ use crate::handler::{BatchHandler, BatchOutcome, Kind, Outcome};
 use crate::limits::Units;
 use crate::one_or_many::OneOrMany;
 use crate::plan::Call;
+use crate::runners::Runs;
 use crate::settle::{FollowUp, Settler};
 use crate::shutdown::{release, GiveBack};
 use crate::worker::{RunningMap, Shared};
@@ -135,21 +135,18 @@ fn end_runs_in(map: &mut RunningMap, past_grace: bool, running: &[Arc<Running>])
 }
 
 /// Starts one registered handler call: a task, or a batch of one name's
-/// tasks, in a slot of its own.
-pub(crate) fn start_call<E: PgExecutor + 'static>(
-    shared: &Arc<Shared<E>>,
-    settler: &Settler<E>,
-    runs: &mut JoinSet<()>,
-    call: Registered,
-) {
+/// tasks, in a slot of its own, queued for a runner ([`Runs`]).
+pub(crate) fn start_call<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &Runs<E>, call: Registered) {
     let Registered { tasks, units, running, .. } = call;
-    let Some(first) = tasks.first() else { return };
-    let batch = match shared.handlers.get(&first.name).map(|r| &r.kind) {
+    if tasks.is_empty() {
+        return;
+    }
+    let batch = match shared.handlers.get(&tasks[0].name).map(|r| &r.kind) {
         Some(Kind::Batch(handler, _)) => Some(handler.clone()),
         _ => None,
     };
-    // From here, whatever happens (a panic, a spawn refused while the
-    // runtime shuts down, which drops the future), the slot comes free.
+    // From here, whatever happens (a panic, the call dropped unrun as the
+    // runners stop), the slot comes free.
     let place = SlotHold::new(shared);
     // Units of nothing (no limits) need no holder: nothing to give back,
     // and the slot's own release wakes the claim loop.
@@ -166,71 +163,84 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
         started: Instant::now(),
         ended: false,
     };
+    runs.start(Started { slot, tasks, batch });
+}
+
+/// A call started and waiting for a runner: its slot (which holds its
+/// runs), its tasks, and its batch handler if it is a batch's.
+pub(crate) struct Started<E> {
+    slot: Slot<E>,
+    tasks: OneOrMany<Arc<Task>>,
+    batch: Option<Arc<dyn BatchHandler<E>>>,
+}
+
+/// Runs a started call to its end, on a runner.
+pub(crate) async fn run_call<E: PgExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    settler: &Settler<E>,
+    call: Started<E>,
+) {
+    let Started { slot, tasks, batch } = call;
     let is_batch = batch.is_some();
-    let shared = shared.clone();
-    let settler = settler.clone();
-    let fut = async move {
-        let slot = slot;
-        let handed = {
-            let running = &slot.running;
-            let body = async {
-                match batch {
-                    // Boxed: a batch's state would widen every one-task run's
-                    // future (see `supervise`); it costs one allocation per batch.
-                    Some(handler) => {
-                        Box::pin(run_batch(&shared, &settler, handler, &tasks, running, &slot)).await;
-                        None
-                    }
-                    None => {
-                        let (task, run) = (&tasks[0], &running[0]);
-                        let outcome = run_handler(&shared, task, run).await;
-                        slot.handler_ended();
-                        if settler.is_batched() {
-                            // Handed off below, with the slot.
-                            return settlement_for(&shared, task, run, outcome);
-                        }
-                        // Boxed, as the batch's run: only a worker without
-                        // a batcher settles here.
-                        Box::pin(settle(&shared, &settler, task, run, outcome)).await;
-                        None
-                    }
+    let handed = {
+        let running = &slot.running;
+        let body = async {
+            match batch {
+                // Boxed: a batch's state would widen every one-task run's
+                // future (see `supervise`); it costs one allocation per batch.
+                Some(handler) => {
+                    Box::pin(run_batch(shared, settler, handler, &tasks, running, &slot)).await;
+                    None
                 }
-            };
-            let mut body = std::pin::pin!(body);
-            // Marks each poll, so shutdown can tell a run stuck in blocking code.
-            std::future::poll_fn(|cx| {
-                running.iter().for_each(|r| r.set_in_poll(true));
-                // A call of one task polls inside its run's observed context (a
-                // batch's call belongs to no one run).
-                let polled = match &running[..] {
-                    [one] if !is_batch => one.enter(|| body.as_mut().poll(cx)),
-                    _ => body.as_mut().poll(cx),
-                };
-                running.iter().for_each(|r| r.set_in_poll(false));
-                polled
-            })
-            .await
+                None => {
+                    let (task, run) = (&tasks[0], &running[0]);
+                    let outcome = run_handler(shared, task, run).await;
+                    slot.handler_ended();
+                    if settler.is_batched() {
+                        // Handed off below, with the slot.
+                        return settlement_for(shared, task, run, outcome);
+                    }
+                    // Boxed, as the batch's run: only a worker without
+                    // a batcher settles here.
+                    Box::pin(settle(shared, settler, task, run, outcome)).await;
+                    None
+                }
+            }
         };
-        drop(tasks);
-        let Some(settlement) = handed else { return };
-        // The call ends here; the flush that commits its settlement
-        // finishes it (`handed_answer`). A batcher closed meanwhile (at
-        // shutdown) gives it back to settle here.
-        if let Some((settlement, Handoff { slot })) = settler.hand_off(settlement, Handoff { slot }) {
-            // Boxed (by `within`): rare, and inline it would widen every
-            // call's future.
-            let run = slot.running[0].clone();
-            within(run, async move {
-                let run = &slot.running[0];
-                let answer = settler.settle(&shared.store, &settlement).await;
-                if let Some(rest) = answered(&shared, || settler.clone(), run, settlement, answer) {
-                    rest.await;
-                }
-            })
-            .await;
-        }
+        let mut body = std::pin::pin!(body);
+        // Marks each poll, so shutdown can tell a run stuck in blocking code.
+        std::future::poll_fn(|cx| {
+            running.iter().for_each(|r| r.set_in_poll(true));
+            // A call of one task polls inside its run's observed context (a
+            // batch's call belongs to no one run).
+            let polled = match &running[..] {
+                [one] if !is_batch => one.enter(|| body.as_mut().poll(cx)),
+                _ => body.as_mut().poll(cx),
+            };
+            running.iter().for_each(|r| r.set_in_poll(false));
+            polled
+        })
+        .await
     };
-    runs.spawn(fut);
+    drop(tasks);
+    let Some(settlement) = handed else { return };
+    // The call ends here; the flush that commits its settlement
+    // finishes it (`handed_answer`). A batcher closed meanwhile (at
+    // shutdown) gives it back to settle here.
+    if let Some((settlement, Handoff { slot })) = settler.hand_off(settlement, Handoff { slot }) {
+        // Boxed (by `within`): rare, and inline it would widen every
+        // call's future.
+        let run = slot.running[0].clone();
+        let (shared, settler) = (shared.clone(), settler.clone());
+        within(run, async move {
+            let run = &slot.running[0];
+            let answer = settler.settle(&shared.store, &settlement).await;
+            if let Some(rest) = answered(&shared, || settler.clone(), run, settlement, answer) {
+                rest.await;
+            }
+        })
+        .await;
+    }
 }
 
 /// What is left of a one-task call whose settlement was handed off: its
@@ -533,8 +543,8 @@ async fn supervise<E, T>(shared: &Shared<E>, fut: impl Future<Output = T>) -> Op
     let run = AssertUnwindSafe(fut).catch_unwind();
     // The timers here are boxed, made only when they are needed (a time
     // limit, a shutdown past its grace): inline, each would widen every
-    // run's future, which is allocated and moved per task (a tokio timer is
-    // large).
+    // call's future, which is moved into its runner per call (a tokio timer
+    // is large).
     let bounded = async {
         match shared.settings.max_run_time {
             Some(limit) => Box::pin(tokio::time::timeout(limit, run)).await.map_err(|_| limit),

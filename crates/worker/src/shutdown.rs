@@ -5,11 +5,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::task::JoinSet;
 use waymark_store::{Error, PgExecutor};
 
 use crate::context::{CancelReason, Running};
 use crate::run::{while_passing, STOP_GRACE};
+use crate::runners::Runs;
 use crate::worker::Shared;
 
 /// How long shutdown waits, after the stop grace, for runs that are
@@ -22,7 +22,7 @@ pub(crate) const SETTLE_BOUND: Duration = Duration::from_secs(2);
 /// releases, even when a handler is stuck in blocking code. Such a run's
 /// task is not given back (another worker would start it while this one
 /// still runs it): it is left to its lease, which is no longer renewed.
-pub(crate) async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &mut JoinSet<()>) {
+pub(crate) async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &Runs<E>) {
     let mut now = shared.state.stop_now.subscribe();
     let ended = tokio::select! {
         out = tokio::time::timeout(shared.settings.shutdown_grace, all_ended(shared, runs)) => out.is_ok(),
@@ -46,21 +46,15 @@ pub(crate) async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r
         // Blocking code never yields, so it cannot be aborted or awaited.
         // An aborted run that does yield ends at once; wait a moment for
         // those, and leave the rest behind.
-        runs.abort_all();
-        let _ = tokio::time::timeout(Duration::from_millis(100), async {
-            while runs.join_next().await.is_some() {}
-        })
-        .await;
+        runs.abort(Duration::from_millis(100)).await;
     }
-    // A run not stuck may still be waiting for a thread (one the stuck run
-    // holds): aborted, it can never run its handler again, so its task is
-    // safe to give back.
+    // A call not stuck may still be waiting for a runner, or its runner for
+    // a thread (one the stuck run holds): dropped with the queue, or
+    // aborted, it can never run its handler again, so its task is safe to
+    // give back.
     let (stuck, done): (Vec<_>, Vec<_>) = left.into_iter().partition(|r| r.is_stuck());
     for r in &stuck {
         tracing::warn!(task = %r.id(), "a handler is stuck in blocking code at shutdown; its task returns when its lease expires");
-    }
-    if !runs.is_empty() {
-        runs.detach_all();
     }
     let give_back: Vec<Arc<Running>> =
         done.into_iter().filter(|r| !r.is_lost() && r.take_settlement()).collect();
@@ -79,8 +73,8 @@ pub(crate) async fn shutdown<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, r
 /// Until every call has ended and every settlement it handed off has been
 /// answered (a call that handed its settlement off has ended already; its
 /// task is settled once the batcher answers).
-async fn all_ended<E>(shared: &Shared<E>, runs: &mut JoinSet<()>) {
-    while runs.join_next().await.is_some() {}
+async fn all_ended<E: PgExecutor + 'static>(shared: &Shared<E>, runs: &Runs<E>) {
+    runs.all_ended().await;
     shared.state.settlements_answered().await;
 }
 

@@ -1,4 +1,4 @@
-//! The worker: a claim loop, a heartbeat loop, one spawned run per task,
+//! The worker: a claim loop, a heartbeat loop, runners for the calls,
 //! settlement once per task, and graceful shutdown.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
-use tokio::task::JoinSet;
 use waymark_store::{Error, PgExecutor, RetryBackoff, Store};
 
 use crate::builder::WorkerBuilder;
@@ -16,6 +15,7 @@ use crate::events::{Events, WorkerEvent};
 use crate::handler::Registration;
 use crate::heartbeat::heartbeat_loop;
 use crate::plan::Planner;
+use crate::runners::Runs;
 use crate::settle::Settler;
 use crate::shutdown::shutdown;
 
@@ -340,9 +340,11 @@ impl<E: PgExecutor + 'static> Worker<E> {
         // longer renewed. (At the end of a run that finished, nothing is
         // left to stop.)
         let _stop = StopNowOnDrop(shared.clone());
-        let mut runs = JoinSet::new();
-        claim_loop(&shared, &settler, &mut runs).await;
-        shutdown(&shared, &mut runs).await;
+        let runs = Runs::new(shared.clone(), settler.clone());
+        claim_loop(&shared, &runs).await;
+        shutdown(&shared, &runs).await;
+        // The runners stop (idle, or stuck in blocking code and left).
+        drop(runs);
         drop(settler);
         if let Some(b) = batcher {
             b.finish().await; // flushes what is queued, then ends

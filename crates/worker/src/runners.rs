@@ -1,0 +1,225 @@
+//! The runners: long-lived tasks that run the worker's calls, one call at
+//! a time each, so that starting a call spawns nothing.
+//!
+//! A spawn per call cost more than a short handler: tokio allocates each
+//! task's cell aligned to 128 bytes and moves the call's future into it,
+//! and the task joins the runtime's list of owned tasks, and the set that
+//! tracks it, under their locks, and leaves them again as it ends.
+//!
+//! A started call waits in a queue until a runner takes it. Each queued
+//! call has a runner on its way (an idle one woken, or a new one spawned
+//! when none is idle), sent by the claim loop that started it, never by a
+//! runner: a runner may be about to block its thread in a handler, and a
+//! task it woke would wait behind it in that thread's next-task slot,
+//! which other threads cannot steal from. So a call that awaits, or blocks
+//! its thread, holds up no other. A runner that ends its call takes the
+//! next one queued at once, if any, whoever was sent for it: short calls
+//! then run one after another without a task switch each. The runners
+//! number at most the calls that were ever under way at once; idle ones
+//! wait for the next call until the worker's run ends.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinSet;
+use waymark_store::PgExecutor;
+
+use crate::run::{run_call, Started};
+use crate::settle::Settler;
+use crate::worker::Shared;
+
+/// The worker's calls and the runners that run them; see the module docs.
+/// Dropping it stops the runners (a call under way is dropped, as an
+/// aborted task's future would be).
+pub(crate) struct Runs<E> {
+    inner: Arc<Inner<E>>,
+}
+
+struct Inner<E> {
+    shared: Arc<Shared<E>>,
+    settler: Settler<E>,
+    queue: Mutex<Queue<E>>,
+    /// A permit per idle runner woken: the one that takes it goes to the
+    /// queue. Closed when the runners stop.
+    wake: Semaphore,
+    /// Calls started and not yet ended (queued or under way); `ended`
+    /// hears when none is left.
+    open: AtomicUsize,
+    ended: Notify,
+    runners: Mutex<JoinSet<()>>,
+}
+
+struct Queue<E> {
+    calls: VecDeque<Started<E>>,
+    /// Runners waiting for a wakeup.
+    idle: usize,
+    /// Runners on their way to the queue (woken, or just spawned) that have
+    /// not yet looked: each queued call has one.
+    sent: usize,
+    /// The runners are stopping: no call is taken or started any more.
+    closed: bool,
+}
+
+impl<E: PgExecutor + 'static> Runs<E> {
+    pub(crate) fn new(shared: Arc<Shared<E>>, settler: Settler<E>) -> Self {
+        Runs {
+            inner: Arc::new(Inner {
+                shared,
+                settler,
+                queue: Mutex::new(Queue { calls: VecDeque::new(), idle: 0, sent: 0, closed: false }),
+                wake: Semaphore::new(0),
+                open: AtomicUsize::new(0),
+                ended: Notify::new(),
+                runners: Mutex::new(JoinSet::new()),
+            }),
+        }
+    }
+
+    /// Queues a started call for a runner. Once the runners have stopped,
+    /// the call is dropped instead (which ends it, as an aborted task's).
+    pub(crate) fn start(&self, call: Started<E>) {
+        self.inner.open.fetch_add(1, Ordering::SeqCst);
+        let mut queue = self.inner.queue();
+        if queue.closed {
+            drop(queue);
+            drop(call);
+            self.inner.call_ended();
+            return;
+        }
+        queue.calls.push_back(call);
+        if queue.sent < queue.calls.len() {
+            self.inner.send_runner(&mut queue);
+        }
+    }
+
+    /// Until every call started has ended.
+    pub(crate) async fn all_ended(&self) {
+        loop {
+            let ended = self.inner.ended.notified();
+            let mut ended = std::pin::pin!(ended);
+            ended.as_mut().enable();
+            if self.inner.open.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            ended.await;
+        }
+    }
+
+    /// Stops the runners: the calls still queued are dropped, those under
+    /// way too, as the runners are aborted; waits up to `wait` for the
+    /// runners to end. A runner stuck in blocking code never does: it is
+    /// left behind.
+    pub(crate) async fn abort(&self, wait: Duration) {
+        let mut runners = self.inner.stop();
+        let _ = tokio::time::timeout(wait, async { while runners.join_next().await.is_some() {} }).await;
+    }
+}
+
+impl<E> Drop for Runs<E> {
+    fn drop(&mut self) {
+        // The runners hold the queue (and it them): stopped, they let go.
+        drop(self.inner.stop());
+    }
+}
+
+impl<E> Inner<E> {
+    fn queue(&self) -> MutexGuard<'_, Queue<E>> {
+        self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Closes the queue (its calls dropped, out of its lock), wakes no one
+    /// any more, and aborts the runners, whose set comes back.
+    fn stop(&self) -> JoinSet<()> {
+        let dropped: Vec<Started<E>> = {
+            let mut queue = self.queue();
+            queue.closed = true;
+            queue.calls.drain(..).collect()
+        };
+        self.wake.close();
+        let mut runners = std::mem::take(&mut *self.runners.lock().unwrap_or_else(|p| p.into_inner()));
+        runners.abort_all();
+        for call in dropped {
+            drop(call);
+            self.call_ended();
+        }
+        runners
+    }
+
+    fn call_ended(&self) {
+        if self.open.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.ended.notify_waiters();
+        }
+    }
+}
+
+impl<E: PgExecutor + 'static> Inner<E> {
+    /// Sends a runner to the queue: an idle one woken, or a new one.
+    /// Called by the claim loop only (see the module docs).
+    fn send_runner(self: &Arc<Self>, queue: &mut Queue<E>) {
+        queue.sent += 1;
+        if queue.idle > 0 {
+            queue.idle -= 1;
+            self.wake.add_permits(1);
+        } else {
+            let inner = self.clone();
+            self.runners.lock().unwrap_or_else(|p| p.into_inner()).spawn(runner(inner));
+        }
+    }
+}
+
+/// One runner: takes a call, runs it to its end, takes the next; waits
+/// for a wakeup when there is none. It starts (and wakes) as a runner
+/// sent to the queue.
+async fn runner<E: PgExecutor + 'static>(inner: Arc<Inner<E>>) {
+    let mut sent = true;
+    loop {
+        let call = {
+            let mut queue = inner.queue();
+            if queue.closed {
+                return;
+            }
+            if std::mem::take(&mut sent) {
+                queue.sent -= 1;
+            }
+            let call = queue.calls.pop_front();
+            if call.is_none() {
+                queue.idle += 1;
+            }
+            call
+        };
+        let Some(call) = call else {
+            match inner.wake.acquire().await {
+                Ok(permit) => permit.forget(),
+                Err(_) => return, // closed: the runners stop
+            }
+            sent = true;
+            continue;
+        };
+        {
+            // Ends the call in the count however it ends: returned,
+            // panicked, or dropped with this runner.
+            let _open = CallOpen(&inner);
+            // A panic past the handler's own guard (the worker's code)
+            // ends this call only, as it ended its task before.
+            let _ = std::panic::AssertUnwindSafe(run_call(&inner.shared, &inner.settler, call))
+                .catch_unwind()
+                .await;
+        }
+        // Short calls end in their first poll, and this runner takes the
+        // next at once: its budget makes it yield now and then, so that
+        // the tasks it shares a thread with still run.
+        tokio::task::consume_budget().await;
+    }
+}
+
+struct CallOpen<'a, E>(&'a Inner<E>);
+
+impl<E> Drop for CallOpen<'_, E> {
+    fn drop(&mut self) {
+        self.0.call_ended();
+    }
+}
