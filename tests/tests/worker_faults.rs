@@ -178,38 +178,57 @@ async fn a_handler_stuck_in_blocking_code_cannot_hold_shutdown() {
 
 /// The calls of one claim share the worker's runners: a handler that
 /// blocks its thread (a bug, but a common one) must not hold up the calls
-/// started beside it, which the other thread runs meanwhile.
+/// started beside it, which the other thread runs meanwhile, nor what their
+/// ends woke (their settlements' batcher), whether it is taken first or
+/// after quick ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_blocking_its_thread_holds_up_no_other_call() {
+async fn a_handler_blocking_its_thread_first_holds_up_no_other_call() {
+    blocking_among_quick_calls(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_blocking_its_thread_after_quick_ones_holds_up_no_other_call() {
+    blocking_among_quick_calls(false).await;
+}
+
+async fn blocking_among_quick_calls(blocking_first: bool) {
     let schema = TestSchema::new().await;
     let store = Arc::new(pool_store(&schema).await);
-    // One claim takes them all: the blocking one first in the queue's order.
-    let mut batch = vec![NewTask::new("blocks", json!({})).priority(10)];
-    batch.extend((0..40).map(|i| NewTask::new("quick", json!({ "i": i }))));
+    // One claim takes them all, the blocking one first (by priority) or
+    // last (submitted last, at the same priority: a claim answers in the
+    // table's order).
+    let quick = (0..40).map(|i| NewTask::new("quick", json!({ "i": i })));
+    let batch: Vec<NewTask> = if blocking_first {
+        std::iter::once(NewTask::new("blocks", json!({})).priority(10)).chain(quick).collect()
+    } else {
+        quick.chain(std::iter::once(NewTask::new("blocks", json!({})))).collect()
+    };
     let ids = store.submit_batch(batch).await.expect("submit");
-    // Real time is under test: the quick calls must all end while the
-    // blocking one still holds its thread.
-    let blocked_for = Duration::from_secs(5);
+    let (blocking, quick) = match blocking_first {
+        true => (&ids[0], &ids[1..]),
+        false => (&ids[ids.len() - 1], &ids[..ids.len() - 1]),
+    };
+    // Real time is under test: the quick calls must all end (settled, and
+    // so their batcher not held) while the blocking one still holds its
+    // thread.
+    let blocked_for = Duration::from_secs(4);
     let worker = Worker::builder(store.clone())
         .concurrency(64)
         .task("blocks", move |_ctx, _p: serde_json::Value| async move {
             std::thread::sleep(blocked_for);
             Ok(json!({}))
         })
-        .task("quick", |_ctx, _p: serde_json::Value| async move {
-            tokio::task::yield_now().await;
-            Ok(json!({}))
-        })
+        .task("quick", |_ctx, _p: serde_json::Value| async move { Ok(json!({})) })
         .build()
         .expect("worker");
     let handle = worker.handle();
     let started = Instant::now();
     let run = tokio::spawn(worker.run());
-    let quick: Vec<&str> = ids[1..].iter().map(String::as_str).collect();
+    let quick: Vec<&str> = quick.iter().map(String::as_str).collect();
     until_each(&store, &quick, "every quick task done", |(st, _)| st == TaskStatus::Succeeded).await;
     let took = started.elapsed();
     assert!(took < blocked_for, "the quick calls waited {took:?}, behind the blocked handler");
-    assert_eq!(status_of(&store, &ids[0]).await.0, TaskStatus::Running, "the blocking call still runs");
+    assert_eq!(status_of(&store, blocking).await.0, TaskStatus::Running, "the blocking call still runs");
     handle.shutdown();
     run.await.expect("worker ends");
     schema.drop().await;

@@ -9,12 +9,15 @@
 //! A started call waits in a queue until a runner takes it. Each queued
 //! call has a runner on its way (an idle one woken, or a new one spawned
 //! when none is idle), sent by the claim loop that started it, never by a
-//! runner: a runner may be about to block its thread in a handler, and a
-//! task it woke would wait behind it in that thread's next-task slot,
-//! which other threads cannot steal from. So a call that awaits, or blocks
-//! its thread, holds up no other. A runner that ends its call takes the
-//! next one queued at once, if any, whoever was sent for it: short calls
-//! then run one after another without a task switch each. The runners
+//! runner: a runner may be about to block its thread in a handler, and on
+//! tokio's multi-thread runtime a task woken from a thread waits in that
+//! thread's next-task slot, which other threads cannot steal from. For the
+//! same reason a runner whose call ended yields to the scheduler before it
+//! takes another: the ended call woke the settlement batcher and the claim
+//! loop, and a next call blocking the thread in the same poll would hold
+//! them there. So a call that awaits, or blocks its thread, holds up no
+//! other, nor what the calls before it woke. After its yield a runner takes
+//! the next call queued, if any, whoever was sent for it. The runners
 //! number at most the calls that were ever under way at once; idle ones
 //! wait for the next call until the worker's run ends.
 
@@ -209,10 +212,9 @@ async fn runner<E: PgExecutor + 'static>(inner: Arc<Inner<E>>) {
                 .catch_unwind()
                 .await;
         }
-        // Short calls end in their first poll, and this runner takes the
-        // next at once: its budget makes it yield now and then, so that
-        // the tasks it shares a thread with still run.
-        tokio::task::consume_budget().await;
+        // Back to the scheduler before the next call (see the module docs):
+        // what the ended call woke runs first.
+        tokio::task::yield_now().await;
     }
 }
 
