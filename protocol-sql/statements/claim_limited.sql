@@ -91,8 +91,10 @@ update cairnq_tasks as t
               and c.status = 'queued'
               for update skip locked
        ))
-returning t.id, t.name, t.queue, t.status, t.payload, t.result, t.error, t.metadata,
-          t.progress, t.message, t.attempt, t.max_attempts, t.priority, t.worker_id,
+-- Every column but status and worker_id, which the update sets to 'running'
+-- and :worker_id: the caller knows them.
+returning t.id, t.name, t.queue, t.payload, t.result, t.error, t.metadata,
+          t.progress, t.message, t.attempt, t.max_attempts, t.priority,
           t.lease_until_ms, t.run_at_ms, t.cancel_requested_at_ms, t.parent_id,
           t.root_id, t.correlation_id, t.created_at_ms, t.updated_at_ms,
           t.completed_at_ms

@@ -185,7 +185,7 @@ impl Task {
     /// column of the wrong type or missing still fails: that is a broken
     /// executor or schema, not one task's data.
     pub(crate) fn from_row(mut row: Row) -> Result<Task> {
-        Task::from_cells(&mut row)
+        Task::from_cells(&mut row, None)
     }
 
     /// The tasks of a result's rows. The rows of one result share their
@@ -193,31 +193,49 @@ impl Task {
     /// a read of whole rows), the cells are taken by position, with no
     /// lookup by name per cell.
     pub(crate) fn from_rows(rows: Vec<Row>) -> Result<Vec<Task>> {
+        Task::decode_all(rows, None)
+    }
+
+    /// The tasks a claim by `worker_id` answered: the table's columns but
+    /// `status` and `worker_id` (`CLAIMED_COLUMNS`), which the claim set to
+    /// `running` and the claiming worker, so the row need not carry them.
+    pub(crate) fn from_claimed_rows(rows: Vec<Row>, worker_id: &str) -> Result<Vec<Task>> {
+        Task::decode_all(rows, Some(worker_id))
+    }
+
+    fn decode_all(rows: Vec<Row>, claimed_by: Option<&str>) -> Result<Vec<Task>> {
+        let columns: &'static [&'static str] = match claimed_by {
+            Some(_) => &CLAIMED_COLUMNS,
+            None => &TASK_COLUMNS,
+        };
         // Sized once: a claim's hundreds of tasks would otherwise move each
         // time the vector grew.
         let mut tasks = Vec::with_capacity(rows.len());
-        // The last names seen and whether they are `TASK_COLUMNS`: told once
+        // The last names seen and whether they are `columns`: told once
         // per shared list, either way.
         let mut seen: Option<(Arc<[String]>, bool)> = None;
         for mut row in rows {
             let in_order = match &seen {
                 Some((names, in_order)) if row.shares_names(names) => *in_order,
                 _ => {
-                    let in_order = row.named(&TASK_COLUMNS);
+                    let in_order = row.named(columns);
                     seen = Some((row.names().clone(), in_order));
                     in_order
                 }
             };
             if in_order {
-                tasks.push(Task::from_cells(&mut InOrder(row.into_values().into_iter(), 0))?);
+                let mut cells = InOrder { cells: row.into_values().into_iter(), columns, taken: 0 };
+                tasks.push(Task::from_cells(&mut cells, claimed_by)?);
             } else {
-                tasks.push(Task::from_cells(&mut row)?);
+                tasks.push(Task::from_cells(&mut row, claimed_by)?);
             }
         }
         Ok(tasks)
     }
 
-    fn from_cells(r: &mut impl Cells) -> Result<Task> {
+    /// A task from its cells, taken in the table's order; a claimed row's
+    /// status and worker are known (`claimed_by`), not read.
+    fn from_cells(r: &mut impl Cells, claimed_by: Option<&str>) -> Result<Task> {
         let mut unreadable = Vec::new();
         let mut lenient = |r: &mut _, col: &str| -> Result<Option<Json>> {
             Ok(json_cell(r, col)?.unwrap_or_else(|reason| {
@@ -230,7 +248,10 @@ impl Task {
             id: text(r, "id")?,
             name: text(r, "name")?,
             queue: text(r, "queue")?,
-            status: status(r, "status")?,
+            status: match claimed_by {
+                Some(_) => TaskStatus::Running,
+                None => status(r, "status")?,
+            },
             payload: lenient(r, "payload")?.unwrap_or(Json::Null),
             result: lenient(r, "result")?,
             error: lenient(r, "error")?,
@@ -240,7 +261,10 @@ impl Task {
             attempt: int4(r, "attempt")?,
             max_attempts: int4(r, "max_attempts")?,
             priority: int4(r, "priority")?,
-            worker_id: opt_text(r, "worker_id")?,
+            worker_id: match claimed_by {
+                Some(worker) => Some(worker.to_owned()),
+                None => opt_text(r, "worker_id")?,
+            },
             lease_until_ms: opt_int8(r, "lease_until_ms")?,
             run_at_ms: int8(r, "run_at_ms")?,
             cancel_requested_at_ms: opt_int8(r, "cancel_requested_at_ms")?,
@@ -272,6 +296,32 @@ const TASK_COLUMNS: [&str; 23] = [
     "max_attempts",
     "priority",
     "worker_id",
+    "lease_until_ms",
+    "run_at_ms",
+    "cancel_requested_at_ms",
+    "parent_id",
+    "root_id",
+    "correlation_id",
+    "created_at_ms",
+    "updated_at_ms",
+    "completed_at_ms",
+];
+
+/// What a claim answers: `TASK_COLUMNS` less `status` and `worker_id`,
+/// in the same order (see `Task::from_claimed_rows`).
+const CLAIMED_COLUMNS: [&str; 21] = [
+    "id",
+    "name",
+    "queue",
+    "payload",
+    "result",
+    "error",
+    "metadata",
+    "progress",
+    "message",
+    "attempt",
+    "max_attempts",
+    "priority",
     "lease_until_ms",
     "run_at_ms",
     "cancel_requested_at_ms",
@@ -447,14 +497,19 @@ impl Cells for Row {
     }
 }
 
-/// A row's cells in `TASK_COLUMNS` order, and how many were taken.
-struct InOrder(std::vec::IntoIter<Value>, usize);
+/// A row's cells in the order of `columns` (`TASK_COLUMNS` or
+/// `CLAIMED_COLUMNS`), and how many were taken.
+struct InOrder {
+    cells: std::vec::IntoIter<Value>,
+    columns: &'static [&'static str],
+    taken: usize,
+}
 
 impl Cells for InOrder {
     fn cell(&mut self, col: &str) -> Option<Value> {
-        debug_assert_eq!(TASK_COLUMNS.get(self.1).copied(), Some(col), "taken out of the table's order");
-        self.1 += 1;
-        self.0.next()
+        debug_assert_eq!(self.columns.get(self.taken).copied(), Some(col), "taken out of the table's order");
+        self.taken += 1;
+        self.cells.next()
     }
 }
 
@@ -644,5 +699,27 @@ mod tests {
         reversed.reverse();
         let tasks = Task::from_rows(vec![Row::new(reversed)]).expect("decode by name");
         assert_eq!((tasks[0].id.as_str(), tasks[0].status), ("c", TaskStatus::Running));
+    }
+
+    /// A claim's rows carry neither status nor worker: both are known.
+    #[test]
+    fn claimed_rows_take_their_status_and_worker_from_the_claim() {
+        let claimed = |id: &str| -> Vec<(String, Value)> {
+            let cells = TASK_COLUMNS.iter().zip(cells(id));
+            let kept = cells.filter(|(c, _)| !matches!(**c, "status" | "worker_id"));
+            kept.map(|(c, v)| ((*c).to_owned(), v)).collect()
+        };
+        let names: Vec<String> = claimed("a").into_iter().map(|(c, _)| c).collect();
+        assert_eq!(names, CLAIMED_COLUMNS, "the claimed columns are the table's, in order, less two");
+        let mut reversed = claimed("b");
+        reversed.reverse();
+        let tasks = Task::from_claimed_rows(vec![Row::new(claimed("a")), Row::new(reversed)], "w-1")
+            .expect("decode by position, then by name");
+        for (task, id) in tasks.iter().zip(["a", "b"]) {
+            assert_eq!(
+                (task.id.as_str(), task.status, task.worker_id.as_deref(), task.attempt),
+                (id, TaskStatus::Running, Some("w-1"), 1)
+            );
+        }
     }
 }

@@ -277,9 +277,11 @@ pub(crate) fn handed_answer<E: PgExecutor + 'static>(
 /// call's units, when it has limits, as they go).
 pub(crate) struct Ended<E>(Vec<Slot<E>>);
 
-impl<E> Default for Ended<E> {
-    fn default() -> Self {
-        Ended(Vec::new())
+impl<E> Ended<E> {
+    /// Room for `calls` ended calls: a flush's hundreds would otherwise
+    /// move the list each time it grew.
+    pub(crate) fn with_capacity(calls: usize) -> Self {
+        Ended(Vec::with_capacity(calls))
     }
 }
 

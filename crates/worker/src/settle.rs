@@ -276,7 +276,7 @@ async fn flush<E: PgExecutor + 'static>(
 ) -> Vec<FollowUp> {
     let mut follow_ups = Vec::new();
     // Dropped on return, after every answer: ends the calls recorded.
-    let mut ended = Ended::default();
+    let mut ended = Ended::with_capacity(batch.len());
     if batch.len() == 1 {
         let (s, reply) = batch.into_iter().next().expect("one");
         let out = settle_one(store, &s).await;
@@ -310,7 +310,7 @@ async fn flush<E: PgExecutor + 'static>(
                     _ => settle_one(store, &s).await,
                 };
                 // One by one, each call ends as it is answered.
-                reply.answer(s, out, again, &mut Ended::default(), &mut follow_ups);
+                reply.answer(s, out, again, &mut Ended::with_capacity(1), &mut follow_ups);
             }
         }
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use waymark_protocol::Statement;
 
 use super::settle::fail;
-use super::{finish, owned, tasks, Store};
+use super::{finish, owned, Store};
 use crate::error::{Error, Result};
 use crate::executor::{Lane, PgExecutor, PgSession};
 use crate::lease::Lease;
@@ -265,7 +265,7 @@ async fn claim_draw<S: PgSession + ?Sized>(s: &mut S, req: &ClaimRequest) -> Res
             Statement::Claim
         }
     };
-    tasks(s, stmt, binds).await
+    claimed(s, stmt, binds, &req.worker_id).await
 }
 
 /// How many due rows per queue a limited claim looks at: enough to fill
@@ -299,5 +299,15 @@ async fn claim_limited<S: PgSession + ?Sized>(
         ("max_running", limit.max_running().into()),
         ("scan", limited_scan(req.limit, group.is_some()).into()),
     ];
-    tasks(s, Statement::ClaimLimited, binds).await
+    claimed(s, Statement::ClaimLimited, binds, &req.worker_id).await
+}
+
+/// Runs a claim statement, whose rows are `Task::from_claimed_rows`'.
+async fn claimed<S: PgSession + ?Sized>(
+    s: &mut S,
+    stmt: Statement,
+    binds: Binds,
+    worker_id: &str,
+) -> Result<Vec<Task>> {
+    Task::from_claimed_rows(run(s, stmt, binds).await?, worker_id)
 }
