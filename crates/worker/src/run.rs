@@ -14,7 +14,7 @@ use waymark_store::{codes, Error, Failure, Lease, PgExecutor, Settled, Settlemen
 use crate::context::{CancelReason, Running, TaskContext};
 use crate::error::envelope;
 use crate::events::WorkerEvent;
-use crate::handler::{BatchHandler, BatchOutcome, Kind, Outcome};
+use crate::handler::{BatchHandler, BatchOutcome, Handler, Kind, Outcome};
 use crate::limits::Units;
 use crate::one_or_many::OneOrMany;
 use crate::plan::Call;
@@ -128,8 +128,15 @@ fn end_runs_in(map: &mut RunningMap, past_grace: bool, running: &[Arc<Running>])
     for run in running {
         run.mark_ended();
         run.hold_call(None);
-        if !past_grace && map.get(run.id()).is_some_and(|r| Arc::ptr_eq(r, run)) {
-            map.remove(run.id());
+        if past_grace {
+            continue;
+        }
+        // Taken out at once (the id hashed once); put back in the rare case
+        // that the entry is a later run's of the same task.
+        if let Some((key, other)) = map.remove_entry(run.id()) {
+            if !Arc::ptr_eq(&other, run) {
+                map.insert(key, other);
+            }
         }
     }
 }
@@ -141,9 +148,10 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs:
     if tasks.is_empty() {
         return;
     }
-    let batch = match shared.handlers.get(&tasks[0].name).map(|r| &r.kind) {
-        Some(Kind::Batch(handler, _)) => Some(handler.clone()),
-        _ => None,
+    let handler = match shared.handlers.get(&tasks[0].name).map(|r| &r.kind) {
+        Some(Kind::One(handler)) => CallHandler::One(handler.clone()),
+        Some(Kind::Batch(handler, _)) => CallHandler::Batch(handler.clone()),
+        None => CallHandler::Missing,
     };
     // From here, whatever happens (a panic, the call dropped unrun as the
     // runners stop), the slot comes free.
@@ -163,15 +171,23 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs:
         started: Instant::now(),
         ended: false,
     };
-    runs.start(Started { slot, tasks, batch });
+    runs.start(Started { slot, tasks, handler });
 }
 
 /// A call started and waiting for a runner: its slot (which holds its
-/// runs), its tasks, and its batch handler if it is a batch's.
+/// runs), its tasks, and its handler.
 pub(crate) struct Started<E> {
     slot: Slot<E>,
     tasks: OneOrMany<Arc<Task>>,
-    batch: Option<Arc<dyn BatchHandler<E>>>,
+    handler: CallHandler<E>,
+}
+
+/// The handler a call runs, looked up once as it starts.
+enum CallHandler<E> {
+    One(Arc<dyn Handler<E>>),
+    Batch(Arc<dyn BatchHandler<E>>),
+    /// None registered for the name: the call fails its task.
+    Missing,
 }
 
 /// Runs a started call to its end, on a runner.
@@ -180,21 +196,25 @@ pub(crate) async fn run_call<E: PgExecutor + 'static>(
     settler: &Settler<E>,
     call: Started<E>,
 ) {
-    let Started { slot, tasks, batch } = call;
-    let is_batch = batch.is_some();
+    let Started { slot, tasks, handler } = call;
+    let (handler, is_batch) = match handler {
+        CallHandler::Batch(batch) => (Err(batch), true),
+        CallHandler::One(one) => (Ok(Some(one)), false),
+        CallHandler::Missing => (Ok(None), false),
+    };
     let handed = {
         let running = &slot.running;
         let body = async {
-            match batch {
+            match handler {
                 // Boxed: a batch's state would widen every one-task run's
                 // future (see `supervise`); it costs one allocation per batch.
-                Some(handler) => {
-                    Box::pin(run_batch(shared, settler, handler, &tasks, running, &slot)).await;
+                Err(batch) => {
+                    Box::pin(run_batch(shared, settler, batch, &tasks, running, &slot)).await;
                     None
                 }
-                None => {
+                Ok(handler) => {
                     let (task, run) = (&tasks[0], &running[0]);
-                    let outcome = run_handler(shared, task, run).await;
+                    let outcome = run_handler(shared, handler, task, run).await;
                     slot.handler_ended();
                     if settler.is_batched() {
                         // Handed off below, with the slot.
@@ -498,15 +518,15 @@ pub(crate) enum RunEnd {
     NoHandler,
 }
 
-pub(crate) async fn run_handler<E: PgExecutor + 'static>(
+/// Runs a one-task call's handler (`None`: none is registered for its
+/// name).
+async fn run_handler<E: PgExecutor + 'static>(
     shared: &Arc<Shared<E>>,
+    handler: Option<Arc<dyn Handler<E>>>,
     task: &Arc<Task>,
     running: &Arc<Running>,
 ) -> Option<RunEnd> {
-    let handler = match shared.handlers.get(&task.name).map(|r| &r.kind) {
-        Some(Kind::One(handler)) => handler.clone(),
-        _ => return Some(RunEnd::NoHandler),
-    };
+    let Some(handler) = handler else { return Some(RunEnd::NoHandler) };
     let ctx = context(shared, task, running);
     // The call itself may panic too (its synchronous part, a payload's
     // Deserialize), not only the future it returns.

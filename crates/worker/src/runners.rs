@@ -22,12 +22,13 @@
 //! wait for the next call until the worker's run ends.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::FutureExt;
-use tokio::sync::{Notify, Semaphore};
+use futures::task::AtomicWaker;
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use waymark_store::PgExecutor;
 
@@ -46,9 +47,6 @@ struct Inner<E> {
     shared: Arc<Shared<E>>,
     settler: Settler<E>,
     queue: Mutex<Queue<E>>,
-    /// A permit per idle runner woken: the one that takes it goes to the
-    /// queue. Closed when the runners stop.
-    wake: Semaphore,
     /// Calls started and not yet ended (queued or under way); `ended`
     /// hears when none is left.
     open: AtomicUsize,
@@ -58,8 +56,8 @@ struct Inner<E> {
 
 struct Queue<E> {
     calls: VecDeque<Started<E>>,
-    /// Runners waiting for a wakeup.
-    idle: usize,
+    /// Runners waiting for a wakeup, the latest to wait last.
+    idle: Vec<Arc<Bell>>,
     /// Runners on their way to the queue (woken, or just spawned) that have
     /// not yet looked: each queued call has one.
     sent: usize,
@@ -73,8 +71,7 @@ impl<E: PgExecutor + 'static> Runs<E> {
             inner: Arc::new(Inner {
                 shared,
                 settler,
-                queue: Mutex::new(Queue { calls: VecDeque::new(), idle: 0, sent: 0, closed: false }),
-                wake: Semaphore::new(0),
+                queue: Mutex::new(Queue { calls: VecDeque::new(), idle: Vec::new(), sent: 0, closed: false }),
                 open: AtomicUsize::new(0),
                 ended: Notify::new(),
                 runners: Mutex::new(JoinSet::new()),
@@ -134,15 +131,17 @@ impl<E> Inner<E> {
         self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Closes the queue (its calls dropped, out of its lock), wakes no one
-    /// any more, and aborts the runners, whose set comes back.
+    /// Closes the queue (its calls dropped, out of its lock), wakes the
+    /// idle runners to see it, and aborts the runners, whose set comes back.
     fn stop(&self) -> JoinSet<()> {
-        let dropped: Vec<Started<E>> = {
+        let (dropped, idle): (Vec<Started<E>>, Vec<Arc<Bell>>) = {
             let mut queue = self.queue();
             queue.closed = true;
-            queue.calls.drain(..).collect()
+            (queue.calls.drain(..).collect(), std::mem::take(&mut queue.idle))
         };
-        self.wake.close();
+        for bell in idle {
+            bell.ring();
+        }
         let mut runners = std::mem::take(&mut *self.runners.lock().unwrap_or_else(|p| p.into_inner()));
         runners.abort_all();
         for call in dropped {
@@ -164,9 +163,8 @@ impl<E: PgExecutor + 'static> Inner<E> {
     /// Called by the claim loop only (see the module docs).
     fn send_runner(self: &Arc<Self>, queue: &mut Queue<E>) {
         queue.sent += 1;
-        if queue.idle > 0 {
-            queue.idle -= 1;
-            self.wake.add_permits(1);
+        if let Some(bell) = queue.idle.pop() {
+            bell.ring();
         } else {
             let inner = self.clone();
             self.runners.lock().unwrap_or_else(|p| p.into_inner()).spawn(runner(inner));
@@ -178,6 +176,7 @@ impl<E: PgExecutor + 'static> Inner<E> {
 /// for a wakeup when there is none. It starts (and wakes) as a runner
 /// sent to the queue.
 async fn runner<E: PgExecutor + 'static>(inner: Arc<Inner<E>>) {
+    let bell = Arc::new(Bell::default());
     let mut sent = true;
     loop {
         let call = {
@@ -190,15 +189,12 @@ async fn runner<E: PgExecutor + 'static>(inner: Arc<Inner<E>>) {
             }
             let call = queue.calls.pop_front();
             if call.is_none() {
-                queue.idle += 1;
+                queue.idle.push(bell.clone());
             }
             call
         };
         let Some(call) = call else {
-            match inner.wake.acquire().await {
-                Ok(permit) => permit.forget(),
-                Err(_) => return, // closed: the runners stop
-            }
+            bell.heard().await;
             sent = true;
             continue;
         };
@@ -215,6 +211,34 @@ async fn runner<E: PgExecutor + 'static>(inner: Arc<Inner<E>>) {
         // Back to the scheduler before the next call (see the module docs):
         // what the ended call woke runs first.
         tokio::task::yield_now().await;
+    }
+}
+
+/// How an idle runner is woken: rung once by whoever takes it off the
+/// idle list (a call to take, or the runners stopping).
+#[derive(Default)]
+struct Bell {
+    rung: AtomicBool,
+    waker: AtomicWaker,
+}
+
+impl Bell {
+    fn ring(&self) {
+        self.rung.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// Until rung; the ring is spent.
+    async fn heard(&self) {
+        std::future::poll_fn(|cx| {
+            // Registered before the check: a ring between the two is seen.
+            self.waker.register(cx.waker());
+            match self.rung.swap(false, Ordering::AcqRel) {
+                true => std::task::Poll::Ready(()),
+                false => std::task::Poll::Pending,
+            }
+        })
+        .await;
     }
 }
 
