@@ -189,9 +189,9 @@ impl Task {
     }
 
     /// The tasks of a result's rows. The rows of one result share their
-    /// names: when those are the task table's columns in its order (a claim,
-    /// a read of whole rows), the cells are taken by position, with no
-    /// lookup by name per cell.
+    /// names: when those are the task table's columns in its order (a read
+    /// of whole rows), the cells are taken by position, with no lookup by
+    /// name per cell. A claim's rows are `from_claimed_rows`'.
     pub(crate) fn from_rows(rows: Vec<Row>) -> Result<Vec<Task>> {
         Task::decode_all(rows, None)
     }

@@ -163,14 +163,8 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs:
         let units = units.clone().map(|u| u as Arc<dyn std::any::Any + Send + Sync>);
         run.hold_call(Some((place.clone(), units)));
     }
-    let slot = Slot {
-        shared: shared.clone(),
-        running,
-        place: Mutex::new(Some(place)),
-        _units: units,
-        started: Instant::now(),
-        ended: false,
-    };
+    let slot =
+        Slot { shared: shared.clone(), running, place: Mutex::new(Some(place)), _units: units, ended: false };
     runs.start(Started { slot, tasks, handler });
 }
 
@@ -214,8 +208,8 @@ pub(crate) async fn run_call<E: PgExecutor + 'static>(
                 }
                 Ok(handler) => {
                     let (task, run) = (&tasks[0], &running[0]);
-                    let outcome = run_handler(shared, handler, task, run).await;
-                    slot.handler_ended();
+                    let (outcome, took) = run_handler(shared, handler, task, run).await;
+                    slot.handler_ended(took);
                     if settler.is_batched() {
                         // Handed off below, with the slot.
                         return settlement_for(shared, task, run, outcome);
@@ -383,22 +377,21 @@ pub(crate) struct Slot<E> {
     running: OneOrMany<Arc<Running>>,
     place: Mutex<Option<Arc<SlotHold<E>>>>,
     _units: Option<Arc<UnitsHold<E>>>,
-    started: Instant,
     /// Its runs already ended, with others' ([`Ended`]).
     ended: bool,
 }
 
 impl<E> Slot<E> {
-    /// The handler has ended: the call's slot comes free (unless a
-    /// blocking closure still holds it) while its tasks' settlements go
-    /// on, counted as settling until this slot drops.
-    pub(crate) fn handler_ended(&self) {
+    /// The handler has ended, after `took`: the call's slot comes free
+    /// (unless a blocking closure still holds it) while its tasks'
+    /// settlements go on, counted as settling until this slot drops.
+    pub(crate) fn handler_ended(&self, took: Duration) {
         let place = self.place.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
         if place.is_none() {
             return;
         }
         self.shared.state.settling.fetch_add(self.running.len(), Ordering::SeqCst);
-        self.shared.state.call_time.record(self.started.elapsed());
+        self.shared.state.call_time.record(took);
         for run in &self.running {
             run.hold_call(None);
         }
@@ -482,7 +475,7 @@ async fn run_batch<E: PgExecutor + 'static>(
         }
     };
     let took = started.elapsed();
-    slot.handler_ended();
+    slot.handler_ended(took);
     futures::future::join_all(tasks.iter().zip(running).map(|(task, run)| {
         let end = end_of(task);
         if let Some(end) = &end {
@@ -519,29 +512,33 @@ pub(crate) enum RunEnd {
 }
 
 /// Runs a one-task call's handler (`None`: none is registered for its
-/// name).
+/// name); answers how it ended (`None`: stopped at shutdown) and how long
+/// it took.
 async fn run_handler<E: PgExecutor + 'static>(
     shared: &Arc<Shared<E>>,
     handler: Option<Arc<dyn Handler<E>>>,
     task: &Arc<Task>,
     running: &Arc<Running>,
-) -> Option<RunEnd> {
-    let Some(handler) = handler else { return Some(RunEnd::NoHandler) };
+) -> (Option<RunEnd>, Duration) {
+    let Some(handler) = handler else { return (Some(RunEnd::NoHandler), Duration::ZERO) };
     let ctx = context(shared, task, running);
     // The call itself may panic too (its synchronous part, a payload's
     // Deserialize), not only the future it returns.
     let task = task.clone();
     let started = Instant::now();
-    let end = match supervise(shared, async move { handler.call(ctx, &task.payload).await }).await? {
-        Ok(outcome) => RunEnd::Handler(outcome),
-        Err(end) => end,
+    let supervised = supervise(shared, async move { handler.call(ctx, &task.payload).await }).await;
+    let took = started.elapsed();
+    let end = match supervised {
+        None => return (None, took),
+        Some(Ok(outcome)) => RunEnd::Handler(outcome),
+        Some(Err(end)) => end,
     };
     if matches!(end, RunEnd::TimedOut(_)) {
         // A blocking closure outlives its dropped future: tell it to stop.
         running.cancel(CancelReason::TimedOut);
     }
-    running.observe_return(started.elapsed(), || error_type(&end));
-    Some(end)
+    running.observe_return(took, || error_type(&end));
+    (Some(end), took)
 }
 
 /// The envelope `type` a run's end fails with, if it fails.

@@ -18,7 +18,9 @@
 //! them there. So a call that awaits, or blocks its thread, holds up no
 //! other, nor what the calls before it woke. After its yield a runner takes
 //! the next call queued, if any, whoever was sent for it. The runners
-//! number at most the calls that were ever under way at once; idle ones
+//! number at most the calls ever under way at once, plus those a thread
+//! has yet to resume after their yield (tokio resumes a yielded task when
+//! its thread runs out of other work, or at its periodic upkeep); idle ones
 //! wait for the next call until the worker's run ends.
 
 use std::collections::VecDeque;
@@ -26,8 +28,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures::FutureExt;
 use futures::task::AtomicWaker;
+use futures::FutureExt;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use waymark_store::PgExecutor;

@@ -41,6 +41,9 @@ pub async fn claim_order_shapes_and_due_time<E: PgExecutor>(store: &Store<E>) {
         store.claim(&ClaimRequest::new("w", ["default", "q2"]).names(["a"]).limit(10)).await.expect("claim");
     assert_eq!(c.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [other.id.as_str()]);
     assert_eq!((c[0].attempt, c[0].worker_id.as_deref()), (1, Some("w")));
+    // The claim filled in its status and worker: the row must hold them.
+    let row = store.fetch(&c[0].id).await.expect("get");
+    assert_eq!((row.status, row.worker_id.as_deref(), row.attempt), (TaskStatus::Running, Some("w"), 1));
     // The lease is the one asked for (leases run out by writing the row in
     // the cases below, so this is where its length is checked).
     let long = store.submit(NewTask::new("a", json!({})).queue("q3")).await.expect("submit");
