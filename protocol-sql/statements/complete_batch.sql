@@ -16,11 +16,16 @@
 -- (see fail.sql). -1 or NULL (or attempts NULL, or shorter than ids) fences
 -- nothing: that id is checked as `complete` checks it. (An array, not a JSON
 -- object: nothing to build or parse per task.)
--- The owned rows are locked in id order first, as heartbeat_batch locks
--- them, so the two cannot deadlock on tasks they share; the update then
--- finds them through the primary key (see claim.sql), and a row we hold
--- cannot change, so it needs no second ownership check. The fence tests are
--- hashed once per statement, not searched per row.
+-- The owned rows are picked in a sub-select and reach the update as one
+-- array, which it finds through the primary key (see claim.sql: with the
+-- bound array in the update itself, stale statistics planned a scan of
+-- every running row instead). The update checks ownership and the fence on
+-- each row again as it takes it: the pick takes no locks, and a row another
+-- transaction changed meanwhile is checked on its new version. It takes no lock pass
+-- first: heartbeat_batch skips the rows it finds locked rather than waiting,
+-- so the two cannot deadlock, and the lock records of such a pass were WAL
+-- of their own for every task. The fence tests are hashed once per
+-- statement, not searched per row.
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
 ),
@@ -46,14 +51,17 @@ settled as (
                 where id = any(:ids)
                   and status = 'running'
                   and worker_id = :worker_id
-                  and lease_until_ms > (select now_ms from clock)
-                  and (
-                      (id, attempt) in (select fences.id, fences.attempt from fences where fences.attempt >= 0)
-                      or id in (select fences.id from fences where fences.attempt < 0)
-                  )
                 order by id
-                  for update
            ))
+       -- `is true`: no index on status serves this test, so the planner
+       -- keeps to the primary key however stale its statistics.
+       and (t.status = 'running') is true
+       and t.worker_id = :worker_id
+       and t.lease_until_ms > clock.now_ms
+       and (
+           (t.id, t.attempt) in (select fences.id, fences.attempt from fences where fences.attempt >= 0)
+           or t.id in (select fences.id from fences where fences.attempt < 0)
+       )
     returning t.id, t.status
 )
 select array(
