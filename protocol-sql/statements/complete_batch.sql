@@ -21,11 +21,12 @@
 -- bound array in the update itself, stale statistics planned a scan of
 -- every running row instead). The update checks ownership and the fence on
 -- each row again as it takes it: the pick takes no locks, and a row another
--- transaction changed meanwhile is checked on its new version. It takes no lock pass
--- first: heartbeat_batch skips the rows it finds locked rather than waiting,
--- so the two cannot deadlock, and the lock records of such a pass were WAL
--- of their own for every task. The fence tests are hashed once per
--- statement, not searched per row.
+-- transaction changed meanwhile is checked on its new version. It takes no
+-- lock pass first, whose lock records were WAL of their own for every task:
+-- the primary key's scan takes the array's ids in index order, so the
+-- update locks its rows in id order, as heartbeat_batch does, and the two
+-- cannot deadlock (`tests/tests/plans.rs` holds the update to that scan).
+-- The fence tests are hashed once per statement, not searched per row.
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
 ),

@@ -235,50 +235,6 @@ async fn blocking_among_quick_calls(blocking_first: bool) {
     schema.drop().await;
 }
 
-/// A row another transaction holds (a settlement under way, a handler's
-/// `complete_in`) must not hold back the heartbeat of every other lease:
-/// the beat skips it, answers it as still held, and leaves its lease alone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_heartbeat_does_not_wait_for_a_row_another_transaction_holds() {
-    let schema = TestSchema::new().await;
-    let store = Arc::new(pool_store(&schema).await);
-    for _ in 0..3 {
-        store.submit(NewTask::new("held", json!({}))).await.expect("submit");
-    }
-    let claim = waymark_store::ClaimRequest::new("w", ["default"]).limit(3).lease(Duration::from_secs(30));
-    let mut ids: Vec<String> = store.claim(&claim).await.expect("claim").into_iter().map(|t| t.id).collect();
-    ids.sort();
-    let lease_of = |id: &str| {
-        let (store, id) = (store.clone(), id.to_owned());
-        async move { store.fetch(&id).await.expect("fetch").lease_until_ms.expect("running") }
-    };
-    let before = lease_of(&ids[1]).await;
-    // Another session holds the middle row, as a settlement's transaction
-    // would until it commits.
-    let holder = waymark_tests::db::admin_client(&schema.url).await;
-    holder
-        .batch_execute(&format!(
-            "begin; set local search_path to \"{}\"; select 1 from cairnq_tasks where id = '{}' for update",
-            schema.schema, ids[1]
-        ))
-        .await
-        .expect("hold the row");
-    let beat = tokio::time::timeout(
-        Duration::from_secs(5),
-        store.heartbeat_batch(&ids, "w", Duration::from_secs(60)),
-    )
-    .await
-    .expect("the heartbeat waited for the held row")
-    .expect("beat");
-    assert_eq!(beat.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), ids, "the held row is still ours");
-    holder.batch_execute("rollback").await.expect("let go");
-    assert_eq!(lease_of(&ids[1]).await, before, "the held row's lease was left alone");
-    for id in [&ids[0], &ids[2]] {
-        assert!(lease_of(id).await > before, "the other leases were extended");
-    }
-    schema.drop().await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_that_fails_is_tried_again_while_the_lease_lasts() {
     let schema = TestSchema::new().await;

@@ -171,10 +171,7 @@ impl<E: PgExecutor> Store<E> {
     }
 
     /// Extends every lease in `ids` at once. Returns the tasks still owned,
-    /// in the order of `ids`; a missing id is a lost lease. A task whose row
-    /// another transaction holds locked (its settlement under way, a
-    /// `complete_in` transaction) is not waited for: it is returned as
-    /// owned, its lease not extended by this call.
+    /// in the order of `ids`; a missing id is a lost lease.
     pub async fn heartbeat_batch(
         &self,
         ids: &[String],
