@@ -17,9 +17,9 @@
 -- nothing: that id is checked as `complete` checks it. (An array, not a JSON
 -- object: nothing to build or parse per task.)
 -- The owned rows are picked in a sub-select and reach the update as one
--- array, which it finds through the primary key (see claim.sql: with the
--- bound array in the update itself, stale statistics planned a scan of
--- every running row instead). The update checks ownership and the fence on
+-- array, which it finds through the primary key (with the bound array in
+-- the update itself, stale statistics planned a scan of every running row
+-- instead; protocol-sql/README.md). The update checks ownership and the fence on
 -- each row again as it takes it: the pick takes no locks, and a row another
 -- transaction changed meanwhile is checked on its new version. It takes no
 -- lock pass first, whose lock records were WAL of their own for every task:
@@ -52,7 +52,6 @@ settled as (
                 where id = any(:ids)
                   and status = 'running'
                   and worker_id = :worker_id
-                order by id
            ))
        -- `is true`: no index on status serves this test, so the planner
        -- keeps to the primary key however stale its statistics.

@@ -1,9 +1,10 @@
 -- params: lease_ms int8, ids text[], worker_id text
 -- One beat for every lease a worker holds. An id missing from the result has
 -- lost its lease; cancel_requested_at_ms tells the worker to stop.
--- The owned rows are locked in id order before the update, as complete_batch
--- locks them, so two multi-row writes on the same tasks cannot deadlock; a
--- row we hold cannot change, so the update needs no second ownership check.
+-- The owned rows are locked in id order before the update, the order in
+-- which complete_batch's update locks them, so two multi-row writes on the
+-- same tasks cannot deadlock; a row we hold cannot change, so the update
+-- needs no second ownership check.
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
 )

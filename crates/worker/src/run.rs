@@ -163,8 +163,14 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs:
         let units = units.clone().map(|u| u as Arc<dyn std::any::Any + Send + Sync>);
         run.hold_call(Some((place.clone(), units)));
     }
-    let slot =
-        Slot { shared: shared.clone(), running, place: Mutex::new(Some(place)), _units: units, ended: false };
+    let slot = Slot {
+        shared: shared.clone(),
+        running,
+        place: Mutex::new(Some(place)),
+        _units: units,
+        started: Instant::now(),
+        ended: false,
+    };
     runs.start(Started { slot, tasks, handler });
 }
 
@@ -208,8 +214,8 @@ pub(crate) async fn run_call<E: PgExecutor + 'static>(
                 }
                 Ok(handler) => {
                     let (task, run) = (&tasks[0], &running[0]);
-                    let (outcome, took) = run_handler(shared, handler, task, run).await;
-                    slot.handler_ended(took);
+                    let outcome = run_handler(shared, handler, task, run).await;
+                    slot.handler_ended();
                     if settler.is_batched() {
                         // Handed off below, with the slot.
                         return settlement_for(shared, task, run, outcome);
@@ -377,21 +383,25 @@ pub(crate) struct Slot<E> {
     running: OneOrMany<Arc<Running>>,
     place: Mutex<Option<Arc<SlotHold<E>>>>,
     _units: Option<Arc<UnitsHold<E>>>,
+    /// When it took its slot: how long a call holds a slot, its wait for a
+    /// runner with it, is what `CallTime` keeps (the claim loop sizes what
+    /// it claims ahead by it).
+    started: Instant,
     /// Its runs already ended, with others' ([`Ended`]).
     ended: bool,
 }
 
 impl<E> Slot<E> {
-    /// The handler has ended, after `took`: the call's slot comes free
-    /// (unless a blocking closure still holds it) while its tasks'
-    /// settlements go on, counted as settling until this slot drops.
-    pub(crate) fn handler_ended(&self, took: Duration) {
+    /// The handler has ended: the call's slot comes free (unless a
+    /// blocking closure still holds it) while its tasks' settlements go
+    /// on, counted as settling until this slot drops.
+    pub(crate) fn handler_ended(&self) {
         let place = self.place.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
         if place.is_none() {
             return;
         }
         self.shared.state.settling.fetch_add(self.running.len(), Ordering::SeqCst);
-        self.shared.state.call_time.record(took);
+        self.shared.state.call_time.record(self.started.elapsed());
         for run in &self.running {
             run.hold_call(None);
         }
@@ -475,7 +485,7 @@ async fn run_batch<E: PgExecutor + 'static>(
         }
     };
     let took = started.elapsed();
-    slot.handler_ended(took);
+    slot.handler_ended();
     futures::future::join_all(tasks.iter().zip(running).map(|(task, run)| {
         let end = end_of(task);
         if let Some(end) = &end {
@@ -512,15 +522,14 @@ pub(crate) enum RunEnd {
 }
 
 /// Runs a one-task call's handler (`None`: none is registered for its
-/// name); answers how it ended (`None`: stopped at shutdown) and how long
-/// it took.
+/// name); answers how it ended (`None`: stopped at shutdown).
 async fn run_handler<E: PgExecutor + 'static>(
     shared: &Arc<Shared<E>>,
     handler: Option<Arc<dyn Handler<E>>>,
     task: &Arc<Task>,
     running: &Arc<Running>,
-) -> (Option<RunEnd>, Duration) {
-    let Some(handler) = handler else { return (Some(RunEnd::NoHandler), Duration::ZERO) };
+) -> Option<RunEnd> {
+    let Some(handler) = handler else { return Some(RunEnd::NoHandler) };
     let ctx = context(shared, task, running);
     // The call itself may panic too (its synchronous part, a payload's
     // Deserialize), not only the future it returns.
@@ -529,7 +538,7 @@ async fn run_handler<E: PgExecutor + 'static>(
     let supervised = supervise(shared, async move { handler.call(ctx, &task.payload).await }).await;
     let took = started.elapsed();
     let end = match supervised {
-        None => return (None, took),
+        None => return None,
         Some(Ok(outcome)) => RunEnd::Handler(outcome),
         Some(Err(end)) => end,
     };
@@ -538,7 +547,7 @@ async fn run_handler<E: PgExecutor + 'static>(
         running.cancel(CancelReason::TimedOut);
     }
     running.observe_return(took, || error_type(&end));
-    (Some(end), took)
+    Some(end)
 }
 
 /// The envelope `type` a run's end fails with, if it fails.
