@@ -149,9 +149,9 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs:
         return;
     }
     let handler = match shared.handlers.get(&tasks[0].name).map(|r| &r.kind) {
-        Some(Kind::One(handler)) => CallHandler::One(handler.clone()),
+        Some(Kind::One(handler)) => CallHandler::One(Some(handler.clone())),
         Some(Kind::Batch(handler, _)) => CallHandler::Batch(handler.clone()),
-        None => CallHandler::Missing,
+        None => CallHandler::One(None),
     };
     // From here, whatever happens (a panic, the call dropped unrun as the
     // runners stop), the slot comes free.
@@ -184,10 +184,10 @@ pub(crate) struct Started<E> {
 
 /// The handler a call runs, looked up once as it starts.
 enum CallHandler<E> {
-    One(Arc<dyn Handler<E>>),
+    /// A one-task call's; `None` when none is registered for the name (the
+    /// call fails its task).
+    One(Option<Arc<dyn Handler<E>>>),
     Batch(Arc<dyn BatchHandler<E>>),
-    /// None registered for the name: the call fails its task.
-    Missing,
 }
 
 /// Runs a started call to its end, on a runner.
@@ -197,22 +197,18 @@ pub(crate) async fn run_call<E: PgExecutor + 'static>(
     call: Started<E>,
 ) {
     let Started { slot, tasks, handler } = call;
-    let (handler, is_batch) = match handler {
-        CallHandler::Batch(batch) => (Err(batch), true),
-        CallHandler::One(one) => (Ok(Some(one)), false),
-        CallHandler::Missing => (Ok(None), false),
-    };
+    let is_batch = matches!(handler, CallHandler::Batch(_));
     let handed = {
         let running = &slot.running;
         let body = async {
             match handler {
                 // Boxed: a batch's state would widen every one-task run's
                 // future (see `supervise`); it costs one allocation per batch.
-                Err(batch) => {
+                CallHandler::Batch(batch) => {
                     Box::pin(run_batch(shared, settler, batch, &tasks, running, &slot)).await;
                     None
                 }
-                Ok(handler) => {
+                CallHandler::One(handler) => {
                     let (task, run) = (&tasks[0], &running[0]);
                     let outcome = run_handler(shared, handler, task, run).await;
                     slot.handler_ended();
@@ -535,18 +531,15 @@ async fn run_handler<E: PgExecutor + 'static>(
     // Deserialize), not only the future it returns.
     let task = task.clone();
     let started = Instant::now();
-    let supervised = supervise(shared, async move { handler.call(ctx, &task.payload).await }).await;
-    let took = started.elapsed();
-    let end = match supervised {
-        None => return None,
-        Some(Ok(outcome)) => RunEnd::Handler(outcome),
-        Some(Err(end)) => end,
+    let end = match supervise(shared, async move { handler.call(ctx, &task.payload).await }).await? {
+        Ok(outcome) => RunEnd::Handler(outcome),
+        Err(end) => end,
     };
     if matches!(end, RunEnd::TimedOut(_)) {
         // A blocking closure outlives its dropped future: tell it to stop.
         running.cancel(CancelReason::TimedOut);
     }
-    running.observe_return(took, || error_type(&end));
+    running.observe_return(started.elapsed(), || error_type(&end));
     Some(end)
 }
 

@@ -340,12 +340,12 @@ impl<E: PgExecutor + 'static> Worker<E> {
         // longer renewed. (At the end of a run that finished, nothing is
         // left to stop.)
         let _stop = StopNowOnDrop(shared.clone());
-        let runs = Runs::new(shared.clone(), settler.clone());
+        let runs = Runs::new(shared.clone(), settler);
         claim_loop(&shared, &runs).await;
         shutdown(&shared, &runs).await;
-        // The runners stop (idle, or stuck in blocking code and left).
+        // The runners stop (idle, or stuck in blocking code and left; the
+        // batcher's end below does not wait for the settler they hold).
         drop(runs);
-        drop(settler);
         if let Some(b) = batcher {
             b.finish().await; // flushes what is queued, then ends
         }
