@@ -151,6 +151,11 @@ pub async fn explain_hot_statements(client: &mut Client, running: &[String], ana
             how: "",
             binds: vec![("lease_ms", &lease_ms), ("ids", &ids), ("worker_id", &WORKER)],
         },
+        Case {
+            stmt: Statement::HeartbeatBatchSkipLocked,
+            how: "",
+            binds: vec![("lease_ms", &lease_ms), ("ids", &ids), ("worker_id", &WORKER)],
+        },
         Case { stmt: Statement::RecoverLeases, how: "", binds: vec![("lease_expired_error", &envelope)] },
     ];
     let mut plans = Vec::new();

@@ -947,3 +947,75 @@ async fn a_task_queued_during_a_claim_is_claimed_by_a_second_claim_at_once() {
     run.await.expect("worker ends");
     schema.drop().await;
 }
+
+/// A task row that another transaction holds locked (an operator's open
+/// transaction here; a handler's own, a settlement in flight) does not hold
+/// back the renewal of the worker's other leases, and stays the worker's
+/// while the lock lasts: once it goes, its lease is renewed too, and both
+/// runs end on their first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_locked_elsewhere_holds_back_no_other_lease() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let reasons = Arc::new(Mutex::new(Vec::new()));
+    let seen = reasons.clone();
+    let w = Worker::builder(store.clone())
+        .queues(["held"])
+        .concurrency(2)
+        // Long enough that `a`, not renewed while held, keeps its lease
+        // through a slow machine's beats.
+        .lease(Duration::from_secs(6))
+        .heartbeat_interval(Duration::from_millis(100))
+        .poll_interval(Duration::from_secs(60))
+        .task("wait", move |ctx, _p: serde_json::Value| {
+            let (mut gate, seen) = (gate.clone(), seen.clone());
+            async move {
+                tokio::select! {
+                    _ = gate.wait_for(|open| *open) => {}
+                    reason = ctx.cancelled() => { seen.lock().unwrap().push(reason); }
+                }
+                Ok(json!("done"))
+            }
+        })
+        .build()
+        .expect("worker");
+    let a = store.submit(NewTask::new("wait", json!({})).queue("held")).await.expect("submit");
+    let b = store.submit(NewTask::new("wait", json!({})).queue("held")).await.expect("submit");
+    let (handle, run) = spawn(w);
+    eventually(Duration::from_secs(10), "both runs to start", || async { handle.running() == 2 }).await;
+
+    let table = format!("\"{}\".cairnq_tasks", schema.schema);
+    let now_ms = "(extract(epoch from clock_timestamp()) * 1000)::int8";
+    let mut admin = waymark_tests::db::admin_client(&schema.url).await;
+    let lock = admin.transaction().await.expect("begin");
+    lock.query(&format!("select 1 from {table} where id = $1 for update"), &[&a.id]).await.expect("lock a");
+    let locked_at: i64 = lock.query_one(&format!("select {now_ms}"), &[]).await.expect("clock").get(0);
+    // Renewed after the lock was taken: a beat that waited for `a`'s row
+    // would renew nothing until the lock went.
+    let s = store.clone();
+    eventually(Duration::from_secs(10), "b's lease renewed while a's row is locked", || {
+        let (s, id) = (s.clone(), b.id.clone());
+        async move { s.fetch(&id).await.expect("fetch").lease_until_ms > Some(locked_at + 6000) }
+    })
+    .await;
+    lock.rollback().await.expect("unlock a");
+    let checker = waymark_tests::db::admin_client(&schema.url).await;
+    let unlocked_at: i64 = checker.query_one(&format!("select {now_ms}"), &[]).await.expect("clock").get(0);
+    eventually(Duration::from_secs(10), "a's lease renewed once its row is free", || {
+        let (s, id) = (s.clone(), a.id.clone());
+        async move { s.fetch(&id).await.expect("fetch").lease_until_ms > Some(unlocked_at + 6000) }
+    })
+    .await;
+    assert_eq!(handle.running(), 2, "neither run ended");
+    assert!(reasons.lock().unwrap().is_empty(), "no token fired: {:?}", reasons.lock().unwrap());
+
+    open.send(true).expect("open the gate");
+    for id in [&a.id, &b.id] {
+        let done = store.wait(id, Duration::from_secs(10)).await.expect("wait");
+        assert_eq!((done.status, done.attempt), (TaskStatus::Succeeded, 1), "{id}");
+    }
+    handle.shutdown();
+    run.await.expect("worker ends");
+    schema.drop().await;
+}

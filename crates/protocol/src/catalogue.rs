@@ -163,6 +163,7 @@ catalogue! {
     ClaimLimited => "claim_limited",
     Heartbeat => "heartbeat",
     HeartbeatBatch => "heartbeat_batch",
+    HeartbeatBatchSkipLocked => "heartbeat_batch_skip_locked",
     Progress => "progress",
     Succeed => "succeed",
     Complete => "complete",
@@ -176,7 +177,7 @@ catalogue! {
     LedgerList => "ledger_list",
     LedgerRecord => "ledger_record",
     SetLockTimeout => "set_lock_timeout",
-    SetMigrationTimeouts => "set_migration_timeouts",
+    SetTimeouts => "set_timeouts",
     Clock => "clock",
 }
 

@@ -64,7 +64,9 @@ pub use store::{
     ConnectOptions, Settlement, Store, DEFAULT_LOCK_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT,
     DEFAULT_MIGRATION_STATEMENT_TIMEOUT, MAX_SNOOZE,
 };
-pub use task::{codes, Beat, ErrorEnvelope, Settled, StatusCounts, Task, TaskState, TaskStatus, Unreadable};
+pub use task::{
+    codes, Beat, ErrorEnvelope, Renewal, Settled, StatusCounts, Task, TaskState, TaskStatus, Unreadable,
+};
 pub use value::{Row, Value};
 pub use wait::Watch;
 /// The protocol crate, re-exported for executors that need parameter types.

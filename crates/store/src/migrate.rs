@@ -157,7 +157,7 @@ async fn apply_one<S: PgSession + ?Sized>(
         ("lock_timeout", Value::from(limits.lock.as_str())),
         ("statement_timeout", Value::from(limits.statement.as_str())),
     ];
-    run(tx, Statement::SetMigrationTimeouts, bounds).await.map_err(fail)?;
+    run(tx, Statement::SetTimeouts, bounds).await.map_err(fail)?;
     run(tx, Statement::LedgerLock, vec![]).await.map_err(fail)?;
     let applied = applied_names(tx).await.map_err(fail)?;
     if applied.iter().any(|(n, _)| n == name) {

@@ -62,9 +62,15 @@ where
 pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {
     use Statement::*;
     let lane = match stmt {
-        Heartbeat | HeartbeatBatch | Succeed | Complete | CompleteBatch | Fail | Release | LockTasks => {
-            Lane::Critical
-        }
+        Heartbeat
+        | HeartbeatBatch
+        | HeartbeatBatchSkipLocked
+        | Succeed
+        | Complete
+        | CompleteBatch
+        | Fail
+        | Release
+        | LockTasks => Lane::Critical,
         _ => Lane::Ordinary,
     };
     let repeatable = matches!(
@@ -84,12 +90,13 @@ pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {
             | InsertTaskBatch
             | Heartbeat
             | HeartbeatBatch
+            | HeartbeatBatchSkipLocked
             | Progress
             | LedgerCreate
             | LedgerExists
             | LedgerList
             | SetLockTimeout
-            | SetMigrationTimeouts
+            | SetTimeouts
             | LockKey
             | Clock
     );

@@ -135,12 +135,16 @@ impl<E: PgExecutor> Store<E> {
 
     /// Opens a transaction in `lane` with the lock timeout set.
     async fn begin(&self, lane: Lane) -> Result<E::Transaction> {
+        let bound = vec![("lock_timeout", self.lock_timeout.as_str().into())];
+        self.begin_bounded(lane, Statement::SetLockTimeout, bound).await
+    }
+
+    /// Opens a transaction in `lane` and runs `setup` in it (one of the
+    /// statements that set its timeouts); rolls back if that fails.
+    async fn begin_bounded(&self, lane: Lane, setup: Statement, binds: Binds) -> Result<E::Transaction> {
         self.life.check()?;
         let mut tx = self.exec.begin_in_lane(lane).await?;
-        if let Err(e) =
-            run(&mut tx, Statement::SetLockTimeout, vec![("lock_timeout", self.lock_timeout.as_str().into())])
-                .await
-        {
+        if let Err(e) = run(&mut tx, setup, binds).await {
             let _ = tx.rollback().await;
             return Err(e);
         }

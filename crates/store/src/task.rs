@@ -366,6 +366,21 @@ pub struct Beat {
     pub cancel_requested_at_ms: Option<i64>,
 }
 
+/// What [`Store::renew_leases`](crate::Store::renew_leases) found: the
+/// leases it extended, and those of rows another transaction kept locked
+/// past its wait. Every id asked for that is in neither has lost its lease.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Renewal {
+    /// Still owned, lease extended.
+    pub renewed: Vec<Beat>,
+    /// Owned when the renewal began, but its row stayed locked by another
+    /// transaction (a settlement or progress write in flight, a handler's
+    /// transaction, an operator's update), or renewing it failed, so the
+    /// lease was not extended this time. It may have been settled or lost
+    /// since; the next renewal tells. Renew it again soon.
+    pub held: Vec<Beat>,
+}
+
 /// One settlement's answer from [`Store::settle_batch`](crate::Store::settle_batch):
 /// the task and the status it settled in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

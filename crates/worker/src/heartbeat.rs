@@ -1,4 +1,5 @@
-//! The heartbeat loop: renews every held lease in one statement per tick.
+//! The heartbeat loop: renews every held lease in one statement per tick
+//! (a second, for rows another transaction held locked).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,8 +9,9 @@ use waymark_store::PgExecutor;
 use crate::context::{CancelReason, Running};
 use crate::worker::Shared;
 
-/// Renews every unsettled lease with one statement per interval; a task
-/// missing from the answer lost its lease, a cancel request fires its token.
+/// Renews every unsettled lease once per interval (one statement, and one
+/// more per row another transaction held); a task missing from the answer
+/// lost its lease, a cancel request fires its token.
 pub(crate) async fn heartbeat_loop<E: PgExecutor + 'static>(shared: Arc<Shared<E>>) {
     let mut tick = tokio::time::interval(shared.settings.heartbeat);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -33,10 +35,19 @@ pub(crate) async fn heartbeat_loop<E: PgExecutor + 'static>(shared: Arc<Shared<E
             continue;
         }
         let ids: Vec<String> = held.iter().map(|r| r.id().to_owned()).collect();
-        match shared.store.heartbeat_batch(&ids, &shared.settings.worker_id, shared.settings.lease).await {
-            Ok(beats) => {
-                let owned: HashMap<&str, Option<i64>> =
-                    beats.iter().map(|b| (b.id.as_str(), b.cancel_requested_at_ms)).collect();
+        // The rows another transaction holds locked are waited for, one by
+        // one, within half an interval in all (the others are renewed
+        // first, without waiting); one still locked then stays ours, and
+        // the next beat tries again.
+        let wait = shared.settings.heartbeat / 2;
+        match shared.store.renew_leases(&ids, &shared.settings.worker_id, shared.settings.lease, wait).await {
+            Ok(renewal) => {
+                let owned: HashMap<&str, Option<i64>> = renewal
+                    .renewed
+                    .iter()
+                    .chain(&renewal.held)
+                    .map(|b| (b.id.as_str(), b.cancel_requested_at_ms))
+                    .collect();
                 for r in &held {
                     match owned.get(r.id()) {
                         // A settlement committed meanwhile also leaves the

@@ -1,19 +1,19 @@
 //! The worker's side before settlement: the claim pass, heartbeats,
 //! progress.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use waymark_protocol::Statement;
 
 use super::settle::fail;
-use super::{finish, owned, Store};
+use super::{finish, format_ms, owned, Store};
 use crate::error::{Error, Result};
 use crate::executor::{Lane, PgExecutor, PgSession};
 use crate::lease::Lease;
 use crate::observe;
 use crate::options::{lease_millis, non_empty, ClaimRequest, Failure};
 use crate::statements::{run, run_opt, Binds};
-use crate::task::{opt_int8, text, Beat, ErrorEnvelope, Task};
+use crate::task::{opt_bool, opt_int8, text, Beat, ErrorEnvelope, Renewal, Task};
 
 impl<E: PgExecutor> Store<E> {
     /// One claim pass: a cheap probe outside any transaction; if it finds an
@@ -191,17 +191,114 @@ impl<E: PgExecutor> Store<E> {
         let mut beats: Vec<Beat> = run(&mut self.session()?, Statement::HeartbeatBatch, binds)
             .await?
             .into_iter()
-            .map(|mut row| {
-                Ok(Beat {
-                    id: text(&mut row, "id")?,
-                    cancel_requested_at_ms: opt_int8(&mut row, "cancel_requested_at_ms")?,
-                })
-            })
+            .map(beat)
             .collect::<Result<_>>()?;
         let position: std::collections::HashMap<&str, usize> =
             ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
         beats.sort_by_key(|b| position.get(b.id.as_str()).copied());
         Ok(beats)
+    }
+
+    /// Extends every lease in `ids`, as [`Store::heartbeat_batch`] does,
+    /// without letting a locked row hold back the others. One statement
+    /// renews every owned row it can lock at once and skips the rows another
+    /// transaction holds; those alone are then renewed one by one, each
+    /// waiting for its lock within what is left of `wait` (all of them
+    /// together take about `wait` at most). A row still locked then, or
+    /// whose renewal failed, is reported [`Renewal::held`], not lost: a
+    /// later call renews it, and if its lease runs out first the row drops
+    /// out of the owned set as any lost lease does. Both lists keep the
+    /// order of `ids`; an id in neither has lost its lease.
+    ///
+    /// `heartbeat_batch` waits for every lock in its one statement: a
+    /// transaction holding one task's row for long (an operator's update, a
+    /// handler that locked its own row) keeps every lease in the batch from
+    /// renewal meanwhile.
+    pub async fn renew_leases(
+        &self,
+        ids: &[String],
+        worker_id: &str,
+        length: Duration,
+        wait: Duration,
+    ) -> Result<Renewal> {
+        non_empty("worker_id", worker_id)?;
+        let lease_ms = lease_millis(length)?;
+        if ids.is_empty() {
+            return Ok(Renewal::default());
+        }
+        let binds: Binds = vec![
+            ("lease_ms", lease_ms.into()),
+            ("ids", ids.to_vec().into()),
+            ("worker_id", worker_id.into()),
+        ];
+        let mut renewal = Renewal::default();
+        for mut row in run(&mut self.session()?, Statement::HeartbeatBatchSkipLocked, binds).await? {
+            let renewed = opt_bool(&mut row, "renewed")? == Some(true);
+            let beat = beat(row)?;
+            if renewed {
+                renewal.renewed.push(beat);
+            } else {
+                renewal.held.push(beat);
+            }
+        }
+        if !renewal.held.is_empty() {
+            let held = std::mem::take(&mut renewal.held);
+            // Bounded so that a lease of a whole day still fits in
+            // PostgreSQL's timeouts (at most 2^31 - 1 ms).
+            let deadline = Instant::now() + wait.min(Duration::from_secs(3600));
+            let mut stopped = false;
+            for was in held {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if stopped || left.is_zero() {
+                    renewal.held.push(was);
+                    continue;
+                }
+                // One row per transaction: a row still locked at its bound
+                // costs only itself, never the renewal of the others.
+                match self.renew_one_waiting(&was.id, worker_id, lease_ms, left).await {
+                    Ok(Some(beat)) => renewal.renewed.push(beat),
+                    Ok(None) => {} // lost meanwhile: settled, or its lease ran out
+                    Err(e) if e.is_lock_timeout() || e.sqlstate() == Some("57014") => renewal.held.push(was),
+                    Err(e) => {
+                        // Still owned as far as anyone knows; the next call
+                        // tries again. The first statement's renewals stand.
+                        tracing::warn!(task = %was.id, error = %e, "renewing a lease whose row was held failed");
+                        renewal.held.push(was);
+                        stopped = true;
+                    }
+                }
+            }
+        }
+        let position: std::collections::HashMap<&str, usize> =
+            ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
+        renewal.renewed.sort_by_key(|b| position.get(b.id.as_str()).copied());
+        renewal.held.sort_by_key(|b| position.get(b.id.as_str()).copied());
+        Ok(renewal)
+    }
+
+    /// `heartbeat_batch` of one task in a transaction whose lock wait and
+    /// statement both end after `wait`; `None` when the lease is lost.
+    async fn renew_one_waiting(
+        &self,
+        id: &str,
+        worker_id: &str,
+        lease_ms: i64,
+        wait: Duration,
+    ) -> Result<Option<Beat>> {
+        let bound = format_ms(wait.max(Duration::from_millis(1)));
+        let timeouts: Binds =
+            vec![("lock_timeout", bound.as_str().into()), ("statement_timeout", bound.as_str().into())];
+        let mut tx = self.begin_bounded(Lane::Critical, Statement::SetTimeouts, timeouts).await?;
+        let binds: Binds = vec![
+            ("lease_ms", lease_ms.into()),
+            ("ids", vec![id.to_owned()].into()),
+            ("worker_id", worker_id.into()),
+        ];
+        let out = match run(&mut tx, Statement::HeartbeatBatch, binds).await {
+            Ok(rows) => rows.into_iter().next().map(beat).transpose(),
+            Err(e) => Err(e),
+        };
+        finish(tx, out, "renewing a held lease").await
     }
 
     /// Records progress (`[0, 1]`) and/or a message; `None` keeps a field.
@@ -217,6 +314,14 @@ impl<E: PgExecutor> Store<E> {
         let binds: Binds = vec![("progress", progress.into()), ("message", message.into())];
         owned(&mut self.session()?, Statement::Progress, binds, lease).await
     }
+}
+
+/// A lease renewal's row: the task and its cancel request.
+fn beat(mut row: crate::value::Row) -> Result<Beat> {
+    Ok(Beat {
+        id: text(&mut row, "id")?,
+        cancel_requested_at_ms: opt_int8(&mut row, "cancel_requested_at_ms")?,
+    })
 }
 
 async fn recover_leases<S: PgSession + ?Sized>(s: &mut S) -> Result<usize> {
