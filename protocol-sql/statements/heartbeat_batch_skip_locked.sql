@@ -3,14 +3,18 @@
 -- another transaction holds (a settlement or a progress write in flight, a
 -- handler's own transaction, an operator's update) is skipped, so one held
 -- row cannot hold back the renewal of every other lease in the batch.
--- One row comes back per id the worker still owns as of the statement's
--- snapshot: `renewed` says whether its lease was extended here; false means
--- its row was locked, and the caller renews it again with heartbeat_batch,
--- which waits (under a lock_timeout). An id with no row has lost its lease.
+-- Answers a row per lease renewed (`renewed` true), and a row per id the
+-- worker owned as of the statement's snapshot (`renewed` false), so an id
+-- with only the second was not renewed: its row was locked, or changed
+-- since the snapshot (settled, its lease run out). The caller renews those
+-- again with heartbeat_batch, which waits (under a lock_timeout) and tells
+-- which are still owned. An id with no row has lost its lease.
+-- cancel_requested_at_ms is each row's own: the renewed version's, or the
+-- snapshot's. The two sets are answered one after the other, not joined: a
+-- join of the two without an index could compare every pair of rows.
+-- The rows renewed are locked in id order, as heartbeat_batch locks them.
 -- `for no key update` is the lock the update itself takes (it changes no key
 -- column), so a row held only under a key-share lock is renewed, not skipped.
--- cancel_requested_at_ms is the renewed row's, else the snapshot's.
--- The rows renewed are locked in id order, as heartbeat_batch locks them.
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
 ),
@@ -39,9 +43,8 @@ renewed as (
            ))
     returning t.id, t.cancel_requested_at_ms
 )
-select o.id,
-       case when r.id is null then o.cancel_requested_at_ms else r.cancel_requested_at_ms end
-           as cancel_requested_at_ms,
-       r.id is not null as renewed
+select r.id, r.cancel_requested_at_ms, true as renewed
+  from renewed as r
+union all
+select o.id, o.cancel_requested_at_ms, false as renewed
   from owned as o
-  left join renewed as r on r.id = o.id

@@ -98,3 +98,32 @@ async fn a_row_settled_while_its_renewal_waits_is_reported_lost() {
     assert_eq!(store.fetch(&ids[1]).await.expect("get").status, TaskStatus::Succeeded);
     schema.drop().await;
 }
+
+/// Two held rows: the first (in the order asked) stays locked for longer
+/// than the whole wait, the second for a moment. The first cannot spend
+/// the second's share: the second is renewed, the first reported held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_locked_for_long_does_not_cost_another_held_row_its_renewal() {
+    let schema = TestSchema::new().await;
+    let store = std::sync::Arc::new(pool_store(&schema).await);
+    let ids = three_claimed(&store).await;
+    let mut long = store.executor().begin().await.expect("begin");
+    store.complete_in(&mut long, &Lease::new(&ids[0], "w1"), json!(null)).await.expect("hold the first");
+    let mut brief = store.executor().begin().await.expect("begin");
+    store.complete_in(&mut brief, &Lease::new(&ids[1], "w1"), json!(null)).await.expect("hold the second");
+    // Real time is what is under test: a lock that lasts 300 ms, well
+    // inside the second row's share of a 4 s wait but past the 100 ms of
+    // the first pass, so the second row is renewed in the second pass,
+    // after the first row has had its share.
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        brief.rollback().await.expect("release the second");
+    });
+    let renewal =
+        store.renew_leases(&ids, "w1", Duration::from_secs(60), Duration::from_secs(4)).await.expect("renew");
+    release.await.expect("join");
+    assert_eq!(ids_of(&renewal.renewed), [ids[1].clone(), ids[2].clone()], "the briefly held row renewed");
+    assert_eq!(ids_of(&renewal.held), [ids[0].clone()], "the row locked for long held");
+    long.rollback().await.expect("release the first");
+    schema.drop().await;
+}

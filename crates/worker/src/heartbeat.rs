@@ -3,11 +3,15 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use waymark_store::PgExecutor;
 
 use crate::context::{CancelReason, Running};
 use crate::worker::Shared;
+
+/// The longest a beat waits for the rows another transaction held.
+const HELD_ROWS_WAIT: Duration = Duration::from_secs(5);
 
 /// Renews every unsettled lease once per interval (one statement, and one
 /// more per row another transaction held); a task missing from the answer
@@ -36,10 +40,11 @@ pub(crate) async fn heartbeat_loop<E: PgExecutor + 'static>(shared: Arc<Shared<E
         }
         let ids: Vec<String> = held.iter().map(|r| r.id().to_owned()).collect();
         // The rows another transaction holds locked are waited for, one by
-        // one, within half an interval in all (the others are renewed
-        // first, without waiting); one still locked then stays ours, and
-        // the next beat tries again.
-        let wait = shared.settings.heartbeat / 2;
+        // one, within half an interval in all and at most 5 s (well under
+        // the pool's query timeout); the others are renewed first, without
+        // waiting. One still locked then stays ours, and the next beat
+        // tries again.
+        let wait = (shared.settings.heartbeat / 2).min(HELD_ROWS_WAIT);
         match shared.store.renew_leases(&ids, &shared.settings.worker_id, shared.settings.lease, wait).await {
             Ok(renewal) => {
                 let owned: HashMap<&str, Option<i64>> = renewal

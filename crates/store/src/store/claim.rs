@@ -202,9 +202,11 @@ impl<E: PgExecutor> Store<E> {
     /// Extends every lease in `ids`, as [`Store::heartbeat_batch`] does,
     /// without letting a locked row hold back the others. One statement
     /// renews every owned row it can lock at once and skips the rows another
-    /// transaction holds; those alone are then renewed one by one, each
-    /// waiting for its lock within what is left of `wait` (all of them
-    /// together take about `wait` at most). A row still locked then, or
+    /// transaction holds; those alone are then renewed one by one, in the
+    /// order of `ids`, each waiting up to 100 ms for its lock, then those
+    /// still locked each with an equal share of what is left of `wait` (all
+    /// of them together take about `wait` at most; keep it under the
+    /// executor's query timeout). A row still locked then, or
     /// whose renewal failed, is reported [`Renewal::held`], not lost: a
     /// later call renews it, and if its lease runs out first the row drops
     /// out of the owned set as any lost lease does. Both lists keep the
@@ -232,52 +234,64 @@ impl<E: PgExecutor> Store<E> {
             ("worker_id", worker_id.into()),
         ];
         let mut renewal = Renewal::default();
+        let mut owned = Vec::new();
         for mut row in run(&mut self.session()?, Statement::HeartbeatBatchSkipLocked, binds).await? {
             let renewed = opt_bool(&mut row, "renewed")? == Some(true);
             let beat = beat(row)?;
             if renewed {
                 renewal.renewed.push(beat);
             } else {
-                renewal.held.push(beat);
+                owned.push(beat);
             }
         }
-        if !renewal.held.is_empty() {
-            let held = std::mem::take(&mut renewal.held);
-            // Bounded so that a lease of a whole day still fits in
-            // PostgreSQL's timeouts (at most 2^31 - 1 ms).
+        let done: std::collections::HashSet<&str> = renewal.renewed.iter().map(|b| b.id.as_str()).collect();
+        let mut held: Vec<Beat> = owned.into_iter().filter(|b| !done.contains(b.id.as_str())).collect();
+        let position: std::collections::HashMap<&str, usize> =
+            ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
+        if !held.is_empty() {
+            held.sort_by_key(|b| position.get(b.id.as_str()).copied());
+            // Bounded so that any `wait` fits PostgreSQL's timeouts.
             let deadline = Instant::now() + wait.min(Duration::from_secs(3600));
             let mut stopped = false;
-            for was in held {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if stopped || left.is_zero() {
-                    renewal.held.push(was);
-                    continue;
-                }
-                // One row per transaction: a row still locked at its bound
-                // costs only itself, never the renewal of the others.
-                match self.renew_one_waiting(&was.id, worker_id, lease_ms, left).await {
-                    Ok(Some(beat)) => renewal.renewed.push(beat),
-                    Ok(None) => {} // lost meanwhile: settled, or its lease ran out
-                    Err(e) if e.is_lock_timeout() || e.sqlstate() == Some("57014") => renewal.held.push(was),
-                    Err(e) => {
-                        // Still owned as far as anyone knows; the next call
-                        // tries again. The first statement's renewals stand.
-                        tracing::warn!(task = %was.id, error = %e, "renewing a lease whose row was held failed");
+            // One row per transaction, so a row still locked at its bound
+            // costs only itself. First a short wait for each (the lock of a
+            // settlement or a progress write lasts about a commit), then
+            // an equal share of what is left for each still held, so one
+            // row locked for long cannot spend the others' wait.
+            for short in [true, false] {
+                let rows = std::mem::take(&mut held);
+                let count = rows.len();
+                for (i, was) in rows.into_iter().enumerate() {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if stopped || left.is_zero() {
                         renewal.held.push(was);
-                        stopped = true;
+                        continue;
+                    }
+                    let share = left / u32::try_from(count - i).unwrap_or(u32::MAX);
+                    let bound = if short { share.min(SHORT_RENEWAL_WAIT) } else { share };
+                    match self.renew_one_waiting(&was.id, worker_id, lease_ms, bound).await {
+                        Ok(Some(beat)) => renewal.renewed.push(beat),
+                        Ok(None) => {} // lost meanwhile: settled, or its lease ran out
+                        Err(e) if e.is_lock_timeout() || e.sqlstate() == Some("57014") => held.push(was),
+                        Err(e) => {
+                            // Still owned as far as anyone knows; the next
+                            // call tries again. The renewals made stand.
+                            tracing::warn!(task = %was.id, error = %e, "renewing a lease whose row was held failed");
+                            renewal.held.push(was);
+                            stopped = true;
+                        }
                     }
                 }
             }
+            renewal.held.append(&mut held);
         }
-        let position: std::collections::HashMap<&str, usize> =
-            ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
         renewal.renewed.sort_by_key(|b| position.get(b.id.as_str()).copied());
         renewal.held.sort_by_key(|b| position.get(b.id.as_str()).copied());
         Ok(renewal)
     }
 
-    /// `heartbeat_batch` of one task in a transaction whose lock wait and
-    /// statement both end after `wait`; `None` when the lease is lost.
+    /// `heartbeat_batch` of one task in a transaction whose lock wait ends
+    /// after `wait`; `None` when the lease is lost.
     async fn renew_one_waiting(
         &self,
         id: &str,
@@ -285,9 +299,12 @@ impl<E: PgExecutor> Store<E> {
         lease_ms: i64,
         wait: Duration,
     ) -> Result<Option<Beat>> {
-        let bound = format_ms(wait.max(Duration::from_millis(1)));
+        // The lock wait is the bound; the statement's own time gets a second
+        // more, so that a renewal slow for want of CPU is not cut short.
+        let lock = format_ms(wait.max(Duration::from_millis(1)));
+        let statement = format_ms(wait + Duration::from_secs(1));
         let timeouts: Binds =
-            vec![("lock_timeout", bound.as_str().into()), ("statement_timeout", bound.as_str().into())];
+            vec![("lock_timeout", lock.as_str().into()), ("statement_timeout", statement.as_str().into())];
         let mut tx = self.begin_bounded(Lane::Critical, Statement::SetTimeouts, timeouts).await?;
         let binds: Binds = vec![
             ("lease_ms", lease_ms.into()),
@@ -315,6 +332,9 @@ impl<E: PgExecutor> Store<E> {
         owned(&mut self.session()?, Statement::Progress, binds, lease).await
     }
 }
+
+/// How long [`Store::renew_leases`] first waits for each held row's lock.
+const SHORT_RENEWAL_WAIT: Duration = Duration::from_millis(100);
 
 /// A lease renewal's row: the task and its cancel request.
 fn beat(mut row: crate::value::Row) -> Result<Beat> {
