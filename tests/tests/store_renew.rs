@@ -111,17 +111,20 @@ async fn a_row_locked_for_long_does_not_cost_another_held_row_its_renewal() {
     store.complete_in(&mut long, &Lease::new(&ids[0], "w1"), json!(null)).await.expect("hold the first");
     let mut brief = store.executor().begin().await.expect("begin");
     store.complete_in(&mut brief, &Lease::new(&ids[1], "w1"), json!(null)).await.expect("hold the second");
-    // Real time is what is under test: a lock that lasts 300 ms, well
-    // inside the second row's share of a 4 s wait but past the 100 ms of
-    // the first pass, so the second row is renewed in the second pass,
-    // after the first row has had its share.
+    // Real time is what is under test: a lock that lasts 1 s, past the
+    // first pass (100 ms a row) and inside the first row's share of the
+    // second (about 2 s of a 4 s wait), so the second row is renewed in
+    // the second pass, after the first row has had its share.
     let release = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         brief.rollback().await.expect("release the second");
     });
+    let started = std::time::Instant::now();
     let renewal =
         store.renew_leases(&ids, "w1", Duration::from_secs(60), Duration::from_secs(4)).await.expect("renew");
+    let took = started.elapsed();
     release.await.expect("join");
+    assert!(took >= Duration::from_millis(1500), "the second row waited behind the first's share: {took:?}");
     assert_eq!(ids_of(&renewal.renewed), [ids[1].clone(), ids[2].clone()], "the briefly held row renewed");
     assert_eq!(ids_of(&renewal.held), [ids[0].clone()], "the row locked for long held");
     long.rollback().await.expect("release the first");

@@ -375,7 +375,8 @@ pub struct Renewal {
     pub renewed: Vec<Beat>,
     /// Owned when the renewal began, but its row stayed locked by another
     /// transaction (a settlement or progress write in flight, a handler's
-    /// transaction, an operator's update), or renewing it failed, so the
+    /// transaction, an operator's update), or renewing it failed or was not
+    /// tried after another failed, so the
     /// lease was not extended this time. It may have been settled or lost
     /// since; the next renewal tells. Renew it again soon.
     pub held: Vec<Beat>,

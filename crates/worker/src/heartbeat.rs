@@ -1,5 +1,6 @@
-//! The heartbeat loop: renews every held lease in one statement per tick
-//! (a second, for rows another transaction held locked).
+//! The heartbeat loop: renews every held lease in one statement per tick,
+//! then, for each row another transaction held locked, up to two short
+//! transactions.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,9 +14,9 @@ use crate::worker::Shared;
 /// The longest a beat waits for the rows another transaction held.
 const HELD_ROWS_WAIT: Duration = Duration::from_secs(5);
 
-/// Renews every unsettled lease once per interval (one statement, and one
-/// more per row another transaction held); a task missing from the answer
-/// lost its lease, a cancel request fires its token.
+/// Renews every unsettled lease once per interval (see `Store::renew_leases`);
+/// a task missing from the answer lost its lease, a cancel request fires
+/// its token.
 pub(crate) async fn heartbeat_loop<E: PgExecutor + 'static>(shared: Arc<Shared<E>>) {
     let mut tick = tokio::time::interval(shared.settings.heartbeat);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -179,15 +179,10 @@ impl<E: PgExecutor> Store<E> {
         length: Duration,
     ) -> Result<Vec<Beat>> {
         non_empty("worker_id", worker_id)?;
-        let lease_ms = lease_millis(length)?;
+        let binds = beat_binds(ids, worker_id, lease_millis(length)?);
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let binds: Binds = vec![
-            ("lease_ms", lease_ms.into()),
-            ("ids", ids.to_vec().into()),
-            ("worker_id", worker_id.into()),
-        ];
         let mut beats: Vec<Beat> = run(&mut self.session()?, Statement::HeartbeatBatch, binds)
             .await?
             .into_iter()
@@ -206,8 +201,9 @@ impl<E: PgExecutor> Store<E> {
     /// order of `ids`, each waiting up to 100 ms for its lock, then those
     /// still locked each with an equal share of what is left of `wait` (all
     /// of them together take about `wait` at most; keep it under the
-    /// executor's query timeout). A row still locked then, or
-    /// whose renewal failed, is reported [`Renewal::held`], not lost: a
+    /// executor's query timeout). A row still locked then, whose renewal
+    /// failed, or not tried after an earlier one failed, is reported
+    /// [`Renewal::held`], not lost: a
     /// later call renews it, and if its lease runs out first the row drops
     /// out of the owned set as any lost lease does. Both lists keep the
     /// order of `ids`; an id in neither has lost its lease.
@@ -225,14 +221,10 @@ impl<E: PgExecutor> Store<E> {
     ) -> Result<Renewal> {
         non_empty("worker_id", worker_id)?;
         let lease_ms = lease_millis(length)?;
+        let binds = beat_binds(ids, worker_id, lease_ms);
         if ids.is_empty() {
             return Ok(Renewal::default());
         }
-        let binds: Binds = vec![
-            ("lease_ms", lease_ms.into()),
-            ("ids", ids.to_vec().into()),
-            ("worker_id", worker_id.into()),
-        ];
         let mut renewal = Renewal::default();
         let mut owned = Vec::new();
         for mut row in run(&mut self.session()?, Statement::HeartbeatBatchSkipLocked, binds).await? {
@@ -305,12 +297,8 @@ impl<E: PgExecutor> Store<E> {
         let statement = format_ms(wait + Duration::from_secs(1));
         let timeouts: Binds =
             vec![("lock_timeout", lock.as_str().into()), ("statement_timeout", statement.as_str().into())];
+        let binds = beat_binds(&[id.to_owned()], worker_id, lease_ms);
         let mut tx = self.begin_bounded(Lane::Critical, Statement::SetTimeouts, timeouts).await?;
-        let binds: Binds = vec![
-            ("lease_ms", lease_ms.into()),
-            ("ids", vec![id.to_owned()].into()),
-            ("worker_id", worker_id.into()),
-        ];
         let out = match run(&mut tx, Statement::HeartbeatBatch, binds).await {
             Ok(rows) => rows.into_iter().next().map(beat).transpose(),
             Err(e) => Err(e),
@@ -331,6 +319,11 @@ impl<E: PgExecutor> Store<E> {
         let binds: Binds = vec![("progress", progress.into()), ("message", message.into())];
         owned(&mut self.session()?, Statement::Progress, binds, lease).await
     }
+}
+
+/// The binds of a batch heartbeat (the caller has checked `worker_id`).
+fn beat_binds(ids: &[String], worker_id: &str, lease_ms: i64) -> Binds {
+    vec![("lease_ms", lease_ms.into()), ("ids", ids.to_vec().into()), ("worker_id", worker_id.into())]
 }
 
 /// How long [`Store::renew_leases`] first waits for each held row's lock.
