@@ -130,3 +130,52 @@ async fn a_row_locked_for_long_does_not_cost_another_held_row_its_renewal() {
     long.rollback().await.expect("release the first");
     schema.drop().await;
 }
+
+/// Many rows held by one short transaction (as the worker's own settlement
+/// batch holds its rows until it commits) are renewed together once it
+/// ends, within a wait far shorter than a transaction per row would take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_rows_held_by_one_short_transaction_are_renewed_together() {
+    let schema = TestSchema::new().await;
+    let store = pool_store(&schema).await;
+    let tasks: Vec<NewTask> = (0..500).map(|_| NewTask::new("x", json!({}))).collect();
+    store.submit_batch(tasks).await.expect("submit");
+    let claim = ClaimRequest::new("w1", ["default"]).limit(500).lease(Duration::from_secs(60));
+    let mut ids: Vec<String> = store.claim(&claim).await.expect("claim").into_iter().map(|t| t.id).collect();
+    ids.sort();
+    assert_eq!(ids.len(), 500);
+    let tx = store.executor().begin().await.expect("begin");
+    let holder: i32 = tx.client().query_one("select pg_backend_pid()", &[]).await.expect("pid").get(0);
+    let table = format!("\"{}\".cairnq_tasks", schema.schema);
+    let locked = tx
+        .client()
+        .execute(&format!("select 1 from {table} where id = any($1) for update"), &[&ids])
+        .await
+        .expect("hold every row");
+    assert_eq!(locked, 500);
+    // Real time is what is under test: the holder ends as soon as the
+    // renewal is seen waiting; the renewal may wait 400 ms in all, which
+    // 500 transactions of four round trips each would not fit (about 1.4 s
+    // here).
+    let admin = waymark_tests::db::admin_client(&schema.url).await;
+    let release = tokio::spawn(async move {
+        waymark_tests::eventually(
+            Duration::from_secs(10),
+            "the renewal to wait on the held rows",
+            || async {
+                let q = "select count(*) from pg_stat_activity where $1 = any(pg_blocking_pids(pid))";
+                admin.query_one(q, &[&holder]).await.expect("activity").get::<_, i64>(0) > 0
+            },
+        )
+        .await;
+        tx.rollback().await.expect("release");
+    });
+    let renewal = store
+        .renew_leases(&ids, "w1", Duration::from_secs(90), Duration::from_millis(400))
+        .await
+        .expect("renew");
+    release.await.expect("join");
+    assert!(renewal.held.is_empty(), "{} rows still held", renewal.held.len());
+    assert_eq!(ids_of(&renewal.renewed), ids, "every row renewed, in the order asked");
+    schema.drop().await;
+}

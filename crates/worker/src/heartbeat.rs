@@ -1,6 +1,6 @@
 //! The heartbeat loop: renews every held lease in one statement per tick,
-//! then, for each row another transaction held locked, up to two short
-//! transactions.
+//! then the rows another transaction held locked, together and if need be
+//! one by one (`Store::renew_leases`).
 
 use std::collections::HashMap;
 use std::sync::Arc;

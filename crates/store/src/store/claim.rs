@@ -197,8 +197,9 @@ impl<E: PgExecutor> Store<E> {
     /// Extends every lease in `ids`, as [`Store::heartbeat_batch`] does,
     /// without letting a locked row hold back the others. One statement
     /// renews every owned row it can lock at once and skips the rows another
-    /// transaction holds; those alone are then renewed one by one, in the
-    /// order of `ids`, each waiting up to 100 ms for its lock, then those
+    /// transaction holds; those alone are then renewed in one statement
+    /// waiting up to 100 ms for their locks, and if that times out, one by
+    /// one, in the order of `ids`, each waiting up to 100 ms, then those
     /// still locked each with an equal share of what is left of `wait` (all
     /// of them together take about `wait` at most; keep it under the
     /// executor's query timeout). A row still locked then, whose renewal
@@ -244,9 +245,25 @@ impl<E: PgExecutor> Store<E> {
             held.sort_by_key(|b| position.get(b.id.as_str()).copied());
             // Bounded so that any `wait` fits PostgreSQL's timeouts.
             let deadline = Instant::now() + wait.min(Duration::from_secs(3600));
+            // All of them first, in one statement with a short wait: the
+            // usual holder is the worker's own settlement batch, which
+            // commits within milliseconds and holds hundreds of rows, too
+            // many for a transaction each.
+            let all: Vec<String> = held.iter().map(|b| b.id.clone()).collect();
             let mut stopped = false;
-            // One row per transaction, so a row still locked at its bound
-            // costs only itself. First a short wait for each (the lock of a
+            match self.renew_waiting(&all, worker_id, lease_ms, wait.min(SHORT_RENEWAL_WAIT)).await {
+                Ok(beats) => {
+                    renewal.renewed.extend(beats); // the rest were lost meanwhile
+                    held.clear();
+                }
+                Err(e) if e.is_lock_timeout() || e.sqlstate() == Some("57014") => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "renewing the leases whose rows were held failed");
+                    stopped = true;
+                }
+            }
+            // Then one row per transaction, so a row still locked at its
+            // bound costs only itself. First a short wait for each (the lock of a
             // settlement or a progress write lasts about a commit), then
             // an equal share of what is left for each still held, so one
             // row locked for long cannot spend the others' wait.
@@ -261,9 +278,9 @@ impl<E: PgExecutor> Store<E> {
                     }
                     let share = left / u32::try_from(count - i).unwrap_or(u32::MAX);
                     let bound = if short { share.min(SHORT_RENEWAL_WAIT) } else { share };
-                    match self.renew_one_waiting(&was.id, worker_id, lease_ms, bound).await {
-                        Ok(Some(beat)) => renewal.renewed.push(beat),
-                        Ok(None) => {} // lost meanwhile: settled, or its lease ran out
+                    match self.renew_waiting(std::slice::from_ref(&was.id), worker_id, lease_ms, bound).await
+                    {
+                        Ok(beats) => renewal.renewed.extend(beats), // none: lost meanwhile
                         Err(e) if e.is_lock_timeout() || e.sqlstate() == Some("57014") => held.push(was),
                         Err(e) => {
                             // Still owned as far as anyone knows; the next
@@ -282,28 +299,28 @@ impl<E: PgExecutor> Store<E> {
         Ok(renewal)
     }
 
-    /// `heartbeat_batch` of one task in a transaction whose lock wait ends
-    /// after `wait`; `None` when the lease is lost.
-    async fn renew_one_waiting(
+    /// `heartbeat_batch` of `ids` in a transaction whose lock waits end
+    /// after `wait`: the beats of those still owned.
+    async fn renew_waiting(
         &self,
-        id: &str,
+        ids: &[String],
         worker_id: &str,
         lease_ms: i64,
         wait: Duration,
-    ) -> Result<Option<Beat>> {
+    ) -> Result<Vec<Beat>> {
         // The lock wait is the bound; the statement's own time gets a second
         // more, so that a renewal slow for want of CPU is not cut short.
         let lock = format_ms(wait.max(Duration::from_millis(1)));
         let statement = format_ms(wait + Duration::from_secs(1));
         let timeouts: Binds =
             vec![("lock_timeout", lock.as_str().into()), ("statement_timeout", statement.as_str().into())];
-        let binds = beat_binds(&[id.to_owned()], worker_id, lease_ms);
+        let binds = beat_binds(ids, worker_id, lease_ms);
         let mut tx = self.begin_bounded(Lane::Critical, Statement::SetTimeouts, timeouts).await?;
         let out = match run(&mut tx, Statement::HeartbeatBatch, binds).await {
-            Ok(rows) => rows.into_iter().next().map(beat).transpose(),
+            Ok(rows) => rows.into_iter().map(beat).collect::<Result<Vec<Beat>>>(),
             Err(e) => Err(e),
         };
-        finish(tx, out, "renewing a held lease").await
+        finish(tx, out, "renewing held leases").await
     }
 
     /// Records progress (`[0, 1]`) and/or a message; `None` keeps a field.
