@@ -133,7 +133,8 @@ async fn a_row_locked_for_long_does_not_cost_another_held_row_its_renewal() {
 
 /// Many rows held by one short transaction (as the worker's own settlement
 /// batch holds its rows until it commits) are renewed together once it
-/// ends, within a wait far shorter than a transaction per row would take.
+/// ends: a transaction per row could not fit 500 rows in the 150 ms the
+/// renewal is given.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_rows_held_by_one_short_transaction_are_renewed_together() {
     let schema = TestSchema::new().await;
@@ -144,37 +145,41 @@ async fn many_rows_held_by_one_short_transaction_are_renewed_together() {
     let mut ids: Vec<String> = store.claim(&claim).await.expect("claim").into_iter().map(|t| t.id).collect();
     ids.sort();
     assert_eq!(ids.len(), 500);
-    let tx = store.executor().begin().await.expect("begin");
-    let holder: i32 = tx.client().query_one("select pg_backend_pid()", &[]).await.expect("pid").get(0);
+    // The holder locks every row, then, on the server, ends its transaction
+    // as soon as another session waits for it: the release comes within a
+    // millisecond or two of the renewal's first wait, well inside its
+    // 100 ms, with nothing of the test's to schedule in between.
     let table = format!("\"{}\".cairnq_tasks", schema.schema);
-    let locked = tx
-        .client()
-        .execute(&format!("select 1 from {table} where id = any($1) for update"), &[&ids])
-        .await
-        .expect("hold every row");
-    assert_eq!(locked, 500);
-    // Real time is what is under test: the holder ends as soon as the
-    // renewal is seen waiting; the renewal may wait 400 ms in all, which
-    // 500 transactions of four round trips each would not fit (about 1.4 s
-    // here).
-    let admin = waymark_tests::db::admin_client(&schema.url).await;
-    let release = tokio::spawn(async move {
-        waymark_tests::eventually(
-            Duration::from_secs(10),
-            "the renewal to wait on the held rows",
-            || async {
-                let q = "select count(*) from pg_stat_activity where $1 = any(pg_blocking_pids(pid))";
-                admin.query_one(q, &[&holder]).await.expect("activity").get::<_, i64>(0) > 0
-            },
-        )
-        .await;
-        tx.rollback().await.expect("release");
+    let holder = waymark_tests::db::admin_client(&schema.url).await;
+    let (locked_tx, locked) = tokio::sync::oneshot::channel();
+    let held = ids.clone();
+    let hold = tokio::spawn(async move {
+        holder.batch_execute("begin").await.expect("begin");
+        let lock = format!("select 1 from {table} where id = any($1) for update");
+        assert_eq!(holder.execute(&lock, &[&held]).await.expect("hold every row"), 500);
+        locked_tx.send(()).expect("tell the test");
+        holder
+            .batch_execute(
+                "do $$ begin
+                     while not exists (
+                         select 1 from pg_locks
+                          where locktype = 'transactionid' and not granted
+                            and transactionid::text = (txid_current() % 4294967296)::text
+                     ) loop
+                         perform pg_sleep(0.001);
+                     end loop;
+                 end $$;
+                 rollback",
+            )
+            .await
+            .expect("release once waited for");
     });
+    locked.await.expect("rows held");
     let renewal = store
-        .renew_leases(&ids, "w1", Duration::from_secs(90), Duration::from_millis(400))
+        .renew_leases(&ids, "w1", Duration::from_secs(90), Duration::from_millis(150))
         .await
         .expect("renew");
-    release.await.expect("join");
+    hold.await.expect("join");
     assert!(renewal.held.is_empty(), "{} rows still held", renewal.held.len());
     assert_eq!(ids_of(&renewal.renewed), ids, "every row renewed, in the order asked");
     schema.drop().await;

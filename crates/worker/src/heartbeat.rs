@@ -40,11 +40,11 @@ pub(crate) async fn heartbeat_loop<E: PgExecutor + 'static>(shared: Arc<Shared<E
             continue;
         }
         let ids: Vec<String> = held.iter().map(|r| r.id().to_owned()).collect();
-        // The rows another transaction holds locked are waited for, one by
-        // one, within half an interval in all and at most 5 s (well under
-        // the pool's query timeout); the others are renewed first, without
-        // waiting. One still locked then stays ours, and the next beat
-        // tries again.
+        // The rows another transaction holds locked are waited for,
+        // together and then if need be one by one, within half an interval
+        // in all and at most 5 s (well under the pool's query timeout); the
+        // others are renewed first, without waiting. One still locked then
+        // stays ours, and the next beat tries again.
         let wait = (shared.settings.heartbeat / 2).min(HELD_ROWS_WAIT);
         match shared.store.renew_leases(&ids, &shared.settings.worker_id, shared.settings.lease, wait).await {
             Ok(renewal) => {

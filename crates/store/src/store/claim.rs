@@ -198,11 +198,12 @@ impl<E: PgExecutor> Store<E> {
     /// without letting a locked row hold back the others. One statement
     /// renews every owned row it can lock at once and skips the rows another
     /// transaction holds; those alone are then renewed in one statement
-    /// waiting up to 100 ms for their locks, and if that times out, one by
-    /// one, in the order of `ids`, each waiting up to 100 ms, then those
-    /// still locked each with an equal share of what is left of `wait` (all
-    /// of them together take about `wait` at most; keep it under the
-    /// executor's query timeout). A row still locked then, whose renewal
+    /// waiting up to 100 ms for each lock (about 200 ms in all), and if
+    /// that times out, one by one, in the order of `ids`, each waiting up to
+    /// 100 ms, then those still locked each with an equal share of what is
+    /// left of `wait` (all of them together take about `wait` at most, and
+    /// at least the first statement's 200 ms; keep it under the executor's
+    /// query timeout). A row still locked then, whose renewal
     /// failed, or not tried after an earlier one failed, is reported
     /// [`Renewal::held`], not lost: a
     /// later call renews it, and if its lease runs out first the row drops
@@ -256,7 +257,8 @@ impl<E: PgExecutor> Store<E> {
                     renewal.renewed.extend(beats); // the rest were lost meanwhile
                     held.clear();
                 }
-                Err(e) if e.is_lock_timeout() || e.sqlstate() == Some("57014") => {}
+                // A deadlock with another transaction's locks is as passing.
+                Err(e) if e.is_lock_timeout() || matches!(e.sqlstate(), Some("57014" | "40P01")) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "renewing the leases whose rows were held failed");
                     stopped = true;
@@ -308,10 +310,11 @@ impl<E: PgExecutor> Store<E> {
         lease_ms: i64,
         wait: Duration,
     ) -> Result<Vec<Beat>> {
-        // The lock wait is the bound; the statement's own time gets a second
-        // more, so that a renewal slow for want of CPU is not cut short.
+        // `lock_timeout` bounds each lock wait, one per row at worst; the
+        // statement bounds them together, with room (as much again, 100 ms
+        // at least, 1 s at most) for a renewal slow for want of CPU.
         let lock = format_ms(wait.max(Duration::from_millis(1)));
-        let statement = format_ms(wait + Duration::from_secs(1));
+        let statement = format_ms(wait + (wait + Duration::from_millis(100)).min(Duration::from_secs(1)));
         let timeouts: Binds =
             vec![("lock_timeout", lock.as_str().into()), ("statement_timeout", statement.as_str().into())];
         let binds = beat_binds(ids, worker_id, lease_ms);
