@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use waymark_pool::PgPool;
+use waymark_pool::{PgPool, PoolTransaction};
 use waymark_store::{Beat, ClaimRequest, Lease, NewTask, PgExecutor, PgTransaction, Store, TaskStatus};
 use waymark_tests::{pool_store, TestSchema};
 
@@ -27,6 +27,14 @@ async fn three_claimed(store: &Store<PgPool>) -> Vec<String> {
     ids
 }
 
+/// Holds `id`'s row in a transaction that has settled it with `result` but
+/// not committed: the row stays locked until the transaction ends.
+async fn settling(store: &Store<PgPool>, id: &str, result: serde_json::Value) -> PoolTransaction {
+    let mut tx = store.executor().begin().await.expect("begin");
+    store.complete_in(&mut tx, &Lease::new(id, "w1"), result).await.expect("complete, uncommitted");
+    tx
+}
+
 /// A row held past the wait is reported held, not lost, and left as it
 /// was; the rest are renewed in the order asked; once free, it renews.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -35,8 +43,7 @@ async fn a_row_held_past_the_wait_is_kept_not_lost() {
     let store = pool_store(&schema).await;
     let ids = three_claimed(&store).await;
     let (lease, wait) = (Duration::from_secs(90), Duration::from_millis(50));
-    let mut tx = store.executor().begin().await.expect("begin");
-    store.complete_in(&mut tx, &Lease::new(&ids[1], "w1"), json!(null)).await.expect("complete, uncommitted");
+    let tx = settling(&store, &ids[1], json!(null)).await;
 
     let mut asked = ids.clone();
     asked.insert(0, "task_not_mine".to_owned());
@@ -72,11 +79,7 @@ async fn a_row_settled_while_its_renewal_waits_is_reported_lost() {
     let schema = TestSchema::new().await;
     let store = std::sync::Arc::new(pool_store(&schema).await);
     let ids = three_claimed(&store).await;
-    let mut tx = store.executor().begin().await.expect("begin");
-    store
-        .complete_in(&mut tx, &Lease::new(&ids[1], "w1"), json!("done"))
-        .await
-        .expect("complete, uncommitted");
+    let tx = settling(&store, &ids[1], json!("done")).await;
     // The renewal starts while the row is held and waits up to 30 s for it;
     // the settlement commits once the renewal is seen waiting on the lock.
     let s = store.clone();
@@ -107,10 +110,8 @@ async fn a_row_locked_for_long_does_not_cost_another_held_row_its_renewal() {
     let schema = TestSchema::new().await;
     let store = std::sync::Arc::new(pool_store(&schema).await);
     let ids = three_claimed(&store).await;
-    let mut long = store.executor().begin().await.expect("begin");
-    store.complete_in(&mut long, &Lease::new(&ids[0], "w1"), json!(null)).await.expect("hold the first");
-    let mut brief = store.executor().begin().await.expect("begin");
-    store.complete_in(&mut brief, &Lease::new(&ids[1], "w1"), json!(null)).await.expect("hold the second");
+    let long = settling(&store, &ids[0], json!(null)).await;
+    let brief = settling(&store, &ids[1], json!(null)).await;
     // Real time is what is under test: a lock that lasts 1 s, past the
     // first pass (100 ms a row) and inside the first row's share of the
     // second (about 2 s of a 4 s wait), so the second row is renewed in

@@ -376,9 +376,9 @@ pub struct Renewal {
     /// Owned when the renewal began, but its row stayed locked by another
     /// transaction (a settlement or progress write in flight, a handler's
     /// transaction, an operator's update), or renewing it failed or was not
-    /// tried after another failed, so the
-    /// lease was not extended this time. It may have been settled or lost
-    /// since; the next renewal tells. Renew it again soon.
+    /// tried after another failed, so the lease was not extended this time.
+    /// It may have been settled or lost since; the next renewal tells.
+    /// Renew it again soon.
     pub held: Vec<Beat>,
 }
 

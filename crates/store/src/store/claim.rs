@@ -188,8 +188,7 @@ impl<E: PgExecutor> Store<E> {
             .into_iter()
             .map(beat)
             .collect::<Result<_>>()?;
-        let position: std::collections::HashMap<&str, usize> =
-            ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
+        let position = positions(ids);
         beats.sort_by_key(|b| position.get(b.id.as_str()).copied());
         Ok(beats)
     }
@@ -203,12 +202,12 @@ impl<E: PgExecutor> Store<E> {
     /// 100 ms, then those still locked each with an equal share of what is
     /// left of `wait` (all of them together take about `wait` at most, and
     /// at least the first statement's 200 ms; keep it under the executor's
-    /// query timeout). A row still locked then, whose renewal
-    /// failed, or not tried after an earlier one failed, is reported
-    /// [`Renewal::held`], not lost: a
-    /// later call renews it, and if its lease runs out first the row drops
-    /// out of the owned set as any lost lease does. Both lists keep the
-    /// order of `ids`; an id in neither has lost its lease.
+    /// query timeout). A row still locked then, whose renewal failed, or
+    /// not tried after an earlier one failed, is reported
+    /// [`Renewal::held`], not lost: a later call renews it, and if its
+    /// lease runs out first the row drops out of the owned set as any lost
+    /// lease does. Both lists keep the order of `ids`; an id in neither has
+    /// lost its lease.
     ///
     /// `heartbeat_batch` waits for every lock in its one statement: a
     /// transaction holding one task's row for long (an operator's update, a
@@ -240,8 +239,7 @@ impl<E: PgExecutor> Store<E> {
         }
         let done: std::collections::HashSet<&str> = renewal.renewed.iter().map(|b| b.id.as_str()).collect();
         let mut held: Vec<Beat> = owned.into_iter().filter(|b| !done.contains(b.id.as_str())).collect();
-        let position: std::collections::HashMap<&str, usize> =
-            ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
+        let position = positions(ids);
         if !held.is_empty() {
             held.sort_by_key(|b| position.get(b.id.as_str()).copied());
             // Bounded so that any `wait` fits PostgreSQL's timeouts.
@@ -258,17 +256,17 @@ impl<E: PgExecutor> Store<E> {
                     held.clear();
                 }
                 // A deadlock with another transaction's locks is as passing.
-                Err(e) if e.is_lock_timeout() || matches!(e.sqlstate(), Some("57014" | "40P01")) => {}
+                Err(e) if waited_too_long(&e) || e.sqlstate() == Some("40P01") => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "renewing the leases whose rows were held failed");
                     stopped = true;
                 }
             }
             // Then one row per transaction, so a row still locked at its
-            // bound costs only itself. First a short wait for each (the lock of a
-            // settlement or a progress write lasts about a commit), then
-            // an equal share of what is left for each still held, so one
-            // row locked for long cannot spend the others' wait.
+            // bound costs only itself. First a short wait for each (the lock
+            // of a settlement or a progress write lasts about a commit),
+            // then an equal share of what is left for each still held, so
+            // one row locked for long cannot spend the others' wait.
             for short in [true, false] {
                 let rows = std::mem::take(&mut held);
                 let count = rows.len();
@@ -283,7 +281,7 @@ impl<E: PgExecutor> Store<E> {
                     match self.renew_waiting(std::slice::from_ref(&was.id), worker_id, lease_ms, bound).await
                     {
                         Ok(beats) => renewal.renewed.extend(beats), // none: lost meanwhile
-                        Err(e) if e.is_lock_timeout() || e.sqlstate() == Some("57014") => held.push(was),
+                        Err(e) if waited_too_long(&e) => held.push(was),
                         Err(e) => {
                             // Still owned as far as anyone knows; the next
                             // call tries again. The renewals made stand.
@@ -339,6 +337,17 @@ impl<E: PgExecutor> Store<E> {
         let binds: Binds = vec![("progress", progress.into()), ("message", message.into())];
         owned(&mut self.session()?, Statement::Progress, binds, lease).await
     }
+}
+
+/// Each id's place in `ids`, to answer in the order asked.
+fn positions(ids: &[String]) -> std::collections::HashMap<&str, usize> {
+    ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect()
+}
+
+/// Whether a renewal of held rows ran out of its time: a lock wait past
+/// `lock_timeout`, or the statement past `statement_timeout` (57014).
+fn waited_too_long(e: &Error) -> bool {
+    e.is_lock_timeout() || e.sqlstate() == Some("57014")
 }
 
 /// The binds of a batch heartbeat (the caller has checked `worker_id`).
