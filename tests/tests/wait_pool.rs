@@ -246,7 +246,7 @@ async fn a_worker_listens_to_queued_only_and_a_first_wait_adds_done() {
         store.submit(NewTask::new("only", json!({ "i": i })).queue("only")).await.expect("submit");
     }
     // Within 10 s: pushed by cairnq_queued, not its 30 s poll.
-    eventually(Duration::from_secs(10), "twenty settled", || async { handle.settled() >= 20 }).await;
+    tokio::time::timeout(Duration::from_secs(10), handle.until_settled(20)).await.expect("twenty settled");
     assert!(!store.is_listening(), "no done stream while nothing waits");
     assert_eq!(notify_sessions(&db).await, 1, "one listener: cairnq_queued");
 

@@ -59,12 +59,11 @@ async fn a_worker_drains_typed_tasks_and_settles_each_once() {
         .build()
         .expect("worker");
     let (handle, run) = spawn(worker);
-    let s = store.clone();
-    eventually(Duration::from_secs(30), "200 tasks succeeded", || {
-        let s = s.clone();
-        async move { s.stats(Some("math")).await.expect("stats")["math"].succeeded == 200 }
-    })
-    .await;
+    // Woken by the 200th settlement; the rows agree.
+    tokio::time::timeout(Duration::from_secs(30), handle.until_settled(200))
+        .await
+        .expect("200 tasks settled");
+    assert_eq!(store.stats(Some("math")).await.expect("stats")["math"].succeeded, 200);
     handle.shutdown();
     run.await.expect("worker ends");
     assert_eq!(runs.load(Ordering::SeqCst), 200, "each task ran once");

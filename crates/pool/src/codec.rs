@@ -121,48 +121,41 @@ mod oid {
     pub const JSONB: u32 = 3802;
 }
 
-/// An empty cell's value, made only for an empty cell: `map_or(Value::Null,
-/// ..)` would make one for every cell and drop it, through the enum's
-/// out-of-line drop (15 calls per claimed task row).
-fn null() -> Value {
-    Value::Null
-}
-
 /// The values of one row, by each column's type.
 fn decode_values(row: &tokio_postgres::Row) -> Result<Vec<Value>, ExecError> {
     let columns = row.columns();
     let mut values = Vec::with_capacity(columns.len());
     for (i, col) in columns.iter().enumerate() {
-        let decode_err = |e: tokio_postgres::Error| {
+        let decode_err = |e: Box<dyn std::error::Error + Sync + Send>| {
             ExecError::new(ExecErrorKind::Query, format!("decoding column {}: {e}", col.name()))
         };
-        let value = match col.type_().oid() {
+        // The cell's bytes, read by its column's OID: `try_get` with the
+        // value's own type would check, per cell, that the type accepts the
+        // column (for text, comparing type names too) before decoding.
+        let raw = match row.try_get::<_, RawCell<'_>>(i) {
+            Ok(RawCell(Some(raw))) => raw,
+            Ok(RawCell(None)) => {
+                values.push(Value::Null);
+                continue;
+            }
+            Err(e) => return Err(decode_err(e.into())),
+        };
+        let ty = col.type_();
+        let value = match ty.oid() {
             oid::VOID => Value::Null,
-            oid::BOOL => {
-                row.try_get::<_, Option<bool>>(i).map_err(decode_err)?.map_or_else(null, Value::Bool)
+            oid::BOOL => Value::Bool(bool::from_sql(ty, raw).map_err(decode_err)?),
+            oid::INT2 => Value::Int4(i32::from(i16::from_sql(ty, raw).map_err(decode_err)?)),
+            oid::INT4 => Value::Int4(i32::from_sql(ty, raw).map_err(decode_err)?),
+            oid::INT8 => Value::Int8(i64::from_sql(ty, raw).map_err(decode_err)?),
+            oid::FLOAT8 => Value::Float8(f64::from_sql(ty, raw).map_err(decode_err)?),
+            oid::FLOAT4 => Value::Float8(f64::from(f32::from_sql(ty, raw).map_err(decode_err)?)),
+            oid::JSONB | oid::JSON => JsonCell::from_sql(ty, raw).map_err(decode_err)?.0,
+            oid::TEXT_ARRAY | oid::VARCHAR_ARRAY | oid::NAME_ARRAY => {
+                Value::TextArray(Vec::<String>::from_sql(ty, raw).map_err(decode_err)?)
             }
-            oid::INT2 => row
-                .try_get::<_, Option<i16>>(i)
-                .map_err(decode_err)?
-                .map_or_else(null, |v| Value::Int4(i32::from(v))),
-            oid::INT4 => row.try_get::<_, Option<i32>>(i).map_err(decode_err)?.map_or_else(null, Value::Int4),
-            oid::INT8 => row.try_get::<_, Option<i64>>(i).map_err(decode_err)?.map_or_else(null, Value::Int8),
-            oid::FLOAT8 => {
-                row.try_get::<_, Option<f64>>(i).map_err(decode_err)?.map_or_else(null, Value::Float8)
-            }
-            oid::FLOAT4 => row
-                .try_get::<_, Option<f32>>(i)
-                .map_err(decode_err)?
-                .map_or_else(null, |v| Value::Float8(f64::from(v))),
-            oid::JSONB | oid::JSON => {
-                row.try_get::<_, Option<JsonCell>>(i).map_err(decode_err)?.map_or_else(null, |c| c.0)
-            }
-            oid::TEXT_ARRAY | oid::VARCHAR_ARRAY | oid::NAME_ARRAY => row
-                .try_get::<_, Option<Vec<String>>>(i)
-                .map_err(decode_err)?
-                .map_or_else(null, Value::TextArray),
+            // These four are sent as their text, whatever the encoding.
             oid::TEXT | oid::VARCHAR | oid::NAME | oid::BPCHAR => {
-                row.try_get::<_, Option<String>>(i).map_err(decode_err)?.map_or_else(null, Value::Text)
+                Value::Text(std::str::from_utf8(raw).map_err(|e| decode_err(e.into()))?.to_owned())
             }
             _ => {
                 return Err(ExecError::new(
@@ -174,6 +167,24 @@ fn decode_values(row: &tokio_postgres::Row) -> Result<Vec<Value>, ExecError> {
         values.push(value);
     }
     Ok(values)
+}
+
+/// A cell as it came: its bytes, or `None` for SQL NULL. It accepts any
+/// column type; `decode_values` decodes it by the column's OID.
+struct RawCell<'a>(Option<&'a [u8]>);
+
+impl<'a> FromSql<'a> for RawCell<'a> {
+    fn from_sql(_ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(RawCell(Some(raw)))
+    }
+
+    fn from_sql_null(_ty: &Type) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(RawCell(None))
+    }
+
+    fn accepts(_ty: &Type) -> bool {
+        true
+    }
 }
 
 /// A `json` or `jsonb` cell: [`Value::Jsonb`] when serde_json can hold it,

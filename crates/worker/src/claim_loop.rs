@@ -278,6 +278,8 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
 
     /// Starts calls claimed ahead, oldest first, while slots are free.
     fn start_ready(&mut self, runs: &Runs<E>) {
+        // Queued together: the runners' queue is locked once for them all.
+        let mut started = Vec::new();
         while !self.ready.is_empty() && self.shared.running_count() < self.shared.settings.concurrency {
             let (_, call) = self.ready.pop_front().expect("not empty");
             if call.all_lost() {
@@ -286,8 +288,9 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                 self.returning.spawn(give_back(self.shared.clone(), call));
                 continue;
             }
-            start_call(self.shared, runs, call);
+            started.extend(start_call(self.shared, call));
         }
+        runs.start_all(started);
     }
 
     /// The slots free now. Claims go in batches: with a few slots free while
@@ -460,9 +463,8 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         self.start_ready(runs);
         let left =
             std::mem::take(&mut self.ready).into_iter().map(|(_, call)| give_back(self.shared.clone(), call));
-        for call in futures::future::join_all(left).await.into_iter().flatten() {
-            start_call(self.shared, runs, call);
-        }
+        let back = futures::future::join_all(left).await.into_iter().flatten();
+        runs.start_all(back.filter_map(|call| start_call(self.shared, call)).collect());
     }
 }
 

@@ -2,6 +2,7 @@
 //! deserialised into the handler's type and its result serialised, so the
 //! worker deals only in JSON.
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -49,6 +50,29 @@ pub(crate) trait Handler<E>: Send + Sync {
     fn call(&self, ctx: TaskContext<E>, payload: &Json) -> BoxOutcome;
 }
 
+/// The payload as a handler's type. A handler of `serde_json::Value`
+/// gets a clone: through `Deserialize` the same value would be rebuilt
+/// node by node, each map key classified on the way.
+fn payload_as<P: DeserializeOwned + 'static>(payload: &Json) -> Result<P, serde_json::Error> {
+    if TypeId::of::<P>() == TypeId::of::<Json>() {
+        let mut same = Some(payload.clone());
+        if let Some(p) = (&mut same as &mut dyn Any).downcast_mut::<Option<P>>().and_then(Option::take) {
+            return Ok(p);
+        }
+    }
+    P::deserialize(payload)
+}
+
+/// A handler's result as JSON. A `serde_json::Value` is one already, and
+/// is moved as it is rather than serialised into a copy of itself.
+fn result_json<R: Serialize + 'static>(result: R) -> Result<Json, serde_json::Error> {
+    let mut result = Some(result);
+    if let Some(json) = (&mut result as &mut dyn Any).downcast_mut::<Option<Json>>().and_then(Option::take) {
+        return Ok(json);
+    }
+    serde_json::to_value(result.take().expect("the result is still here"))
+}
+
 /// A typed handler function; the marker pins its payload, result and
 /// future types (a `fn` marker, so it is `Send` and `Sync` whatever they are).
 pub(crate) struct Typed<F, P, R, Fut>(pub(crate) F, pub(crate) PhantomData<fn(P) -> (R, Fut)>);
@@ -62,14 +86,14 @@ where
     Fut: Future<Output = Result<R, TaskError>> + Send + 'static,
 {
     fn call(&self, ctx: TaskContext<E>, payload: &Json) -> BoxOutcome {
-        let payload = match P::deserialize(payload) {
+        let payload = match payload_as::<P>(payload) {
             Ok(p) => p,
             Err(e) => return Box::pin(std::future::ready(Outcome::BadPayload(e.to_string()))),
         };
         let fut = (self.0)(ctx, payload);
         Box::pin(async move {
             match fut.await {
-                Ok(result) => match serde_json::to_value(result) {
+                Ok(result) => match result_json(result) {
                     Ok(v) => Outcome::Done(v),
                     Err(e) => Outcome::Unserializable(e.to_string()),
                 },
@@ -93,7 +117,7 @@ where
     R: Serialize + Send + 'static,
 {
     fn call(&self, ctx: TaskContext<E>, payload: &Json) -> BoxOutcome {
-        let payload = match P::deserialize(payload) {
+        let payload = match payload_as::<P>(payload) {
             Ok(p) => p,
             Err(e) => return Box::pin(std::future::ready(Outcome::BadPayload(e.to_string()))),
         };
@@ -105,7 +129,7 @@ where
         });
         Box::pin(async move {
             match join.await {
-                Ok(Ok(result)) => match serde_json::to_value(result) {
+                Ok(Ok(result)) => match result_json(result) {
                     Ok(v) => Outcome::Done(v),
                     Err(e) => Outcome::Unserializable(e.to_string()),
                 },
@@ -160,7 +184,7 @@ where
         let mut good = Vec::with_capacity(items.len());
         let mut bad = Vec::new();
         for (ctx, payload) in items {
-            match P::deserialize(payload) {
+            match payload_as::<P>(payload) {
                 Ok(payload) => good.push(BatchItem { ctx, payload }),
                 Err(e) => bad.push((ctx.id().to_owned(), e.to_string())),
             }
@@ -175,7 +199,7 @@ where
                     results
                         .into_iter()
                         .map(|(id, r)| {
-                            let outcome = match serde_json::to_value(r) {
+                            let outcome = match result_json(r) {
                                 Ok(v) => Outcome::Done(v),
                                 Err(e) => Outcome::Unserializable(e.to_string()),
                             };

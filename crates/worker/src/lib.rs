@@ -119,6 +119,7 @@ mod plan;
 mod run;
 mod runners;
 mod settle;
+mod settled;
 mod shutdown;
 mod worker;
 

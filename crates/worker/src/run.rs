@@ -18,7 +18,6 @@ use crate::handler::{BatchHandler, BatchOutcome, Handler, Kind, Outcome};
 use crate::limits::Units;
 use crate::one_or_many::OneOrMany;
 use crate::plan::Call;
-use crate::runners::Runs;
 use crate::settle::{FollowUp, Settler};
 use crate::shutdown::{release, GiveBack};
 use crate::worker::{RunningMap, Shared};
@@ -142,11 +141,16 @@ fn end_runs_in(map: &mut RunningMap, past_grace: bool, running: &[Arc<Running>])
 }
 
 /// Starts one registered handler call: a task, or a batch of one name's
-/// tasks, in a slot of its own, queued for a runner ([`Runs`]).
-pub(crate) fn start_call<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &Runs<E>, call: Registered) {
+/// tasks, in a slot of its own, ready to queue for a runner
+/// ([`Runs::start_all`](crate::runners::Runs::start_all)); `None` for a
+/// call of no task.
+pub(crate) fn start_call<E: PgExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    call: Registered,
+) -> Option<Started<E>> {
     let Registered { tasks, units, running, .. } = call;
     if tasks.is_empty() {
-        return;
+        return None;
     }
     let handler = match shared.handlers.get(&tasks[0].name).map(|r| &r.kind) {
         Some(Kind::One(handler)) => CallHandler::One(Some(handler.clone())),
@@ -171,7 +175,7 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs:
         started: Instant::now(),
         ended: false,
     };
-    runs.start(Started { slot, tasks, handler });
+    Some(Started { slot, tasks, handler })
 }
 
 /// A call started and waiting for a runner: its slot (which holds its
@@ -832,7 +836,7 @@ pub(crate) fn settled<E>(
 ) {
     match answer {
         Ok(s) => {
-            shared.state.settled.fetch_add(1, Ordering::Relaxed);
+            shared.state.settled.add_one();
             running.report_settled(s.status);
         }
         Err(e) if e.is_lost_lease() => {

@@ -81,20 +81,43 @@ impl<E: PgExecutor + 'static> Runs<E> {
         }
     }
 
-    /// Queues a started call for a runner. Once the runners have stopped,
-    /// the call is dropped instead (which ends it, as an aborted task's).
-    pub(crate) fn start(&self, call: Started<E>) {
-        self.inner.open.fetch_add(1, Ordering::SeqCst);
+    /// Queues started calls for runners, the queue locked once for them
+    /// all; the runners they need are woken (or spawned) once it is let
+    /// go, so that none finds it held by the waker. Once the runners have
+    /// stopped, the calls are dropped instead (which ends them, as an
+    /// aborted task's).
+    pub(crate) fn start_all(&self, calls: Vec<Started<E>>) {
+        if calls.is_empty() {
+            return;
+        }
+        let count = calls.len();
+        self.inner.open.fetch_add(count, Ordering::SeqCst);
         let mut queue = self.inner.queue();
         if queue.closed {
             drop(queue);
-            drop(call);
-            self.inner.call_ended();
+            drop(calls);
+            for _ in 0..count {
+                self.inner.call_ended();
+            }
             return;
         }
-        queue.calls.push_back(call);
-        if queue.sent < queue.calls.len() {
-            self.inner.send_runner(&mut queue);
+        queue.calls.extend(calls);
+        // Each queued call has a runner on its way: an idle one, or new.
+        let short = queue.calls.len().saturating_sub(queue.sent);
+        queue.sent += short;
+        let woken = queue.idle.len().min(short);
+        let keep = queue.idle.len() - woken;
+        let bells = queue.idle.split_off(keep);
+        drop(queue);
+        for bell in bells.into_iter().rev() {
+            bell.ring();
+        }
+        let spawned = short - woken;
+        if spawned > 0 {
+            let mut runners = self.inner.runners.lock().unwrap_or_else(|p| p.into_inner());
+            for _ in 0..spawned {
+                runners.spawn(runner(self.inner.clone()));
+            }
         }
     }
 
@@ -156,20 +179,6 @@ impl<E> Inner<E> {
     fn call_ended(&self) {
         if self.open.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.ended.notify_waiters();
-        }
-    }
-}
-
-impl<E: PgExecutor + 'static> Inner<E> {
-    /// Sends a runner to the queue: an idle one woken, or a new one.
-    /// Called by the claim loop only (see the module docs).
-    fn send_runner(self: &Arc<Self>, queue: &mut Queue<E>) {
-        queue.sent += 1;
-        if let Some(bell) = queue.idle.pop() {
-            bell.ring();
-        } else {
-            let inner = self.clone();
-            self.runners.lock().unwrap_or_else(|p| p.into_inner()).spawn(runner(inner));
         }
     }
 }

@@ -1,7 +1,6 @@
 //! Graceful shutdown: grace, tokens, a bound past stuck handlers, and
 //! the releases of what was stopped.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -106,7 +105,7 @@ pub(crate) async fn release<E: PgExecutor + 'static>(
     match while_passing(first, deadline, stop, r.id(), again).await {
         Ok(task) => {
             if why == GiveBack::Shutdown {
-                shared.state.settled.fetch_add(1, Ordering::Relaxed);
+                shared.state.settled.add_one();
             }
             r.report_given_back(task.status);
             true

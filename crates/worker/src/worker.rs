@@ -17,6 +17,7 @@ use crate::heartbeat::heartbeat_loop;
 use crate::plan::Planner;
 use crate::runners::Runs;
 use crate::settle::Settler;
+use crate::settled::SettledCount;
 use crate::shutdown::shutdown;
 
 /// A failure the worker survived (a claim, heartbeat or settlement that
@@ -73,7 +74,7 @@ pub(crate) struct State {
     pub(crate) stop_now: watch::Sender<bool>,
     #[cfg(feature = "test-hooks")]
     pub(crate) heartbeats_paused: std::sync::atomic::AtomicBool,
-    pub(crate) settled: AtomicU64,
+    pub(crate) settled: Arc<SettledCount>,
     pub(crate) events: Events,
 }
 
@@ -198,7 +199,7 @@ pub struct WorkerHandle {
     #[cfg(feature = "test-hooks")]
     paused: Arc<dyn Fn(bool) + Send + Sync>,
     running: Arc<dyn Fn() -> usize + Send + Sync>,
-    settled: Arc<dyn Fn() -> u64 + Send + Sync>,
+    settled: Arc<SettledCount>,
     events: Events,
 }
 
@@ -241,7 +242,16 @@ impl WorkerHandle {
     /// Tasks this worker settled so far (completed, failed or given back
     /// by the worker's own write).
     pub fn settled(&self) -> u64 {
-        (self.settled)()
+        self.settled.get()
+    }
+
+    /// Until this worker has settled at least `n` tasks in all (the count
+    /// [`settled`](Self::settled) reads), woken by the settlement that
+    /// reaches it: a test or a bench can wait for a batch of work to be
+    /// done without polling. It does not end by itself if the worker stops
+    /// short of `n`: bound it with a timeout.
+    pub async fn until_settled(&self, n: u64) {
+        self.settled.until(n).await;
     }
 
     /// Subscribes to what the worker does from now on: claims,
@@ -282,7 +292,7 @@ impl<E: PgExecutor + 'static> Worker<E> {
 
     /// A handle to stop the worker.
     pub fn handle(&self) -> WorkerHandle {
-        let (s2, s3) = (self.shared.clone(), self.shared.clone());
+        let s2 = self.shared.clone();
         #[cfg(feature = "test-hooks")]
         let s1 = self.shared.clone();
         WorkerHandle {
@@ -291,7 +301,7 @@ impl<E: PgExecutor + 'static> Worker<E> {
             #[cfg(feature = "test-hooks")]
             paused: Arc::new(move |p| s1.state.heartbeats_paused.store(p, Ordering::SeqCst)),
             running: Arc::new(move || s2.running_count()),
-            settled: Arc::new(move || s3.state.settled.load(Ordering::Relaxed)),
+            settled: self.shared.state.settled.clone(),
             events: self.shared.state.events.clone(),
         }
     }

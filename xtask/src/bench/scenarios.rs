@@ -224,14 +224,12 @@ pub(super) async fn drain_with(w: Worker<PgPool>) -> Result<Round, String> {
 pub(super) async fn drain_until(w: Worker<PgPool>, tasks: usize) -> Result<Round, String> {
     let handle = w.handle();
     let clock = CpuClock::start();
-    let started = Instant::now();
     let run = tokio::spawn(w.run());
-    while (handle.settled() as usize) < tasks {
-        if started.elapsed() > Duration::from_secs(120) {
-            handle.shutdown();
-            return Err("drain: waymark did not finish in 120 s".to_owned());
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+    // Woken by the settlement that reaches the count: a poll every few
+    // milliseconds would add its own wakeups to the worker's measured CPU.
+    if tokio::time::timeout(Duration::from_secs(120), handle.until_settled(tasks as u64)).await.is_err() {
+        handle.shutdown();
+        return Err("drain: waymark did not finish in 120 s".to_owned());
     }
     let round = clock.round(tasks);
     handle.shutdown();
