@@ -129,9 +129,18 @@ fn decode_values(row: &tokio_postgres::Row) -> Result<Vec<Value>, ExecError> {
         let decode_err = |e: Box<dyn std::error::Error + Sync + Send>| {
             ExecError::new(ExecErrorKind::Query, format!("decoding column {}: {e}", col.name()))
         };
+        let ty = col.type_();
+        // A column of a type not read here fails whether or not this cell
+        // is null: a query must not pass while its data happens to be.
+        if !decoded(ty.oid()) {
+            return Err(ExecError::new(
+                ExecErrorKind::Query,
+                format!("column {} has type {ty}, which waymark does not decode", col.name()),
+            ));
+        }
         // The cell's bytes, read by its column's OID: `try_get` with the
         // value's own type would check, per cell, that the type accepts the
-        // column (for text, comparing type names too) before decoding.
+        // column (for scalar text, comparing type names too) before decoding.
         let raw = match row.try_get::<_, RawCell<'_>>(i) {
             Ok(RawCell(Some(raw))) => raw,
             Ok(RawCell(None)) => {
@@ -140,7 +149,6 @@ fn decode_values(row: &tokio_postgres::Row) -> Result<Vec<Value>, ExecError> {
             }
             Err(e) => return Err(decode_err(e.into())),
         };
-        let ty = col.type_();
         let value = match ty.oid() {
             oid::VOID => Value::Null,
             oid::BOOL => Value::Bool(bool::from_sql(ty, raw).map_err(decode_err)?),
@@ -157,16 +165,34 @@ fn decode_values(row: &tokio_postgres::Row) -> Result<Vec<Value>, ExecError> {
             oid::TEXT | oid::VARCHAR | oid::NAME | oid::BPCHAR => {
                 Value::Text(std::str::from_utf8(raw).map_err(|e| decode_err(e.into()))?.to_owned())
             }
-            _ => {
-                return Err(ExecError::new(
-                    ExecErrorKind::Query,
-                    format!("column {} has type {}, which waymark does not decode", col.name(), col.type_()),
-                ))
-            }
+            _ => unreachable!("`decoded` lists the types matched here"),
         };
         values.push(value);
     }
     Ok(values)
+}
+
+/// Whether `decode_values` reads a column of this type.
+fn decoded(type_oid: u32) -> bool {
+    use oid::*;
+    matches!(
+        type_oid,
+        VOID | BOOL
+            | INT2
+            | INT4
+            | INT8
+            | FLOAT4
+            | FLOAT8
+            | JSON
+            | JSONB
+            | TEXT_ARRAY
+            | VARCHAR_ARRAY
+            | NAME_ARRAY
+            | TEXT
+            | VARCHAR
+            | NAME
+            | BPCHAR
+    )
 }
 
 /// A cell as it came: its bytes, or `None` for SQL NULL. It accepts any
