@@ -68,6 +68,9 @@ fn claim_ahead(concurrency: usize, average: Option<Duration>) -> usize {
     usize::try_from(per_slot).unwrap_or(usize::MAX).saturating_mul(concurrency).min(CLAIM_AHEAD_MAX)
 }
 
+/// Calls queued for the runners together (`start_ready`).
+const START_GROUP: usize = 32;
+
 /// Runs the claim loop until shutdown begins; what it claimed is started.
 pub(crate) async fn claim_loop<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &Runs<E>) {
     ClaimLoop::new(shared).run(runs).await;
@@ -278,8 +281,10 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
 
     /// Starts calls claimed ahead, oldest first, while slots are free.
     fn start_ready(&mut self, runs: &Runs<E>) {
-        // Queued together: the runners' queue is locked once for them all.
-        let mut started = Vec::new();
+        // Queued a few dozen at a time: the runners' queue is locked once
+        // for each group, and the first calls' runners start on the other
+        // threads while the rest are prepared.
+        let mut started = Vec::with_capacity(START_GROUP);
         while !self.ready.is_empty() && self.shared.running_count() < self.shared.settings.concurrency {
             let (_, call) = self.ready.pop_front().expect("not empty");
             if call.all_lost() {
@@ -289,6 +294,9 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                 continue;
             }
             started.extend(start_call(self.shared, call));
+            if started.len() == START_GROUP {
+                runs.start_all(std::mem::replace(&mut started, Vec::with_capacity(START_GROUP)));
+            }
         }
         runs.start_all(started);
     }
