@@ -471,8 +471,14 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         self.start_ready(runs);
         let left =
             std::mem::take(&mut self.ready).into_iter().map(|(_, call)| give_back(self.shared.clone(), call));
-        let back = futures::future::join_all(left).await.into_iter().flatten();
-        runs.start_all(back.filter_map(|call| start_call(self.shared, call)).collect());
+        let mut back: Vec<Registered> = futures::future::join_all(left).await.into_iter().flatten().collect();
+        // What `start_ready` just sent back (calls whose leases all went)
+        // ends here too: dropped with the loop, it would leave their
+        // entries in the running map.
+        while let Some(done) = self.returning.join_next().await {
+            back.extend(done.ok().flatten());
+        }
+        runs.start_all(back.into_iter().filter_map(|call| start_call(self.shared, call)).collect());
     }
 }
 

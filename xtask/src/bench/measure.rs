@@ -37,7 +37,13 @@ impl CpuClock {
     /// (own cores, rest of the machine in cores) since the start.
     pub fn cores(&self) -> (f64, f64) {
         let wall = self.wall.elapsed().as_secs_f64().max(1e-9);
-        let own = (own_cpu_seconds() - self.own).max(0.0);
+        let own = own_cpu_seconds() - self.own;
+        if own.is_nan() {
+            // Unread at either end: say so, rather than a figure from two
+            // different clocks (or from none).
+            return (f64::NAN, f64::NAN);
+        }
+        let own = own.max(0.0);
         let machine = (machine_busy_seconds() - self.machine).max(0.0);
         (own / wall, (machine - own).max(0.0) / wall)
     }
@@ -61,12 +67,10 @@ pub fn rate(n: usize, took: Duration) -> f64 {
 
 /// CPU seconds this process has used (user + system, every thread,
 /// ended ones included), to the nanosecond: /proc's ticks of 10 ms are
-/// half a microsecond per task of a 20,000-task round of a second.
+/// half a microsecond per task of a 20,000-task round of a second. NaN
+/// when the clock cannot be read (never seen on Linux).
 fn own_cpu_seconds() -> f64 {
-    match cpu_time::ProcessTime::try_now() {
-        Ok(t) => t.as_duration().as_secs_f64(),
-        Err(_) => cpu_seconds_of("self"),
-    }
+    cpu_time::ProcessTime::try_now().map_or(f64::NAN, |t| t.as_duration().as_secs_f64())
 }
 
 /// CPU seconds (user + system) the process `pid` of this machine has used,
