@@ -64,7 +64,7 @@ pub fn typed_params<'a>(types: &[ParamType], params: &'a [Value]) -> Vec<(Param<
 
 /// Decodes one tokio-postgres row into a [`Row`], by each column's type.
 pub fn decode_row(row: &tokio_postgres::Row) -> Result<Row, ExecError> {
-    Ok(Row::with_names(column_names(row), decode_values(row)?))
+    RowDecoder::default().decode(row)
 }
 
 /// Decodes the rows of one result; they share one list of column names.
@@ -81,17 +81,21 @@ pub fn decode_rows(rows: &[tokio_postgres::Row]) -> Result<Vec<Row>, ExecError> 
 /// Decodes the rows of one result one at a time, as they arrive (from a
 /// `RowStream`), so that each driver row is dropped once decoded rather
 /// than all of them held until the last has come; the rows share one list
-/// of column names.
+/// of column names, and how each column is decoded is told once, from the
+/// first row's column types.
 #[derive(Debug, Default)]
 pub struct RowDecoder {
-    names: Option<std::sync::Arc<[String]>>,
+    columns: Option<(std::sync::Arc<[String]>, Vec<CellKind>)>,
 }
 
 impl RowDecoder {
     /// Decodes one row of the result.
     pub fn decode(&mut self, row: &tokio_postgres::Row) -> Result<Row, ExecError> {
-        let names = self.names.get_or_insert_with(|| column_names(row)).clone();
-        Ok(Row::with_names(names, decode_values(row)?))
+        let (names, kinds) = match &mut self.columns {
+            Some(columns) => columns,
+            None => self.columns.insert((column_names(row), column_kinds(row)?)),
+        };
+        Ok(Row::with_names(names.clone(), decode_values(row, kinds)?))
     }
 }
 
@@ -121,78 +125,96 @@ mod oid {
     pub const JSONB: u32 = 3802;
 }
 
-/// The values of one row, by each column's type.
-fn decode_values(row: &tokio_postgres::Row) -> Result<Vec<Value>, ExecError> {
+/// How each column of a result is decoded. A column of a type not read
+/// here fails the result, whether or not its cells are null, so that a
+/// query cannot pass while its data happens to be.
+fn column_kinds(row: &tokio_postgres::Row) -> Result<Vec<CellKind>, ExecError> {
+    row.columns()
+        .iter()
+        .map(|col| {
+            CellKind::of(col.type_().oid()).ok_or_else(|| {
+                ExecError::new(
+                    ExecErrorKind::Query,
+                    format!("column {} has type {}, which waymark does not decode", col.name(), col.type_()),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The values of one row, each column decoded as `kinds` says.
+fn decode_values(row: &tokio_postgres::Row, kinds: &[CellKind]) -> Result<Vec<Value>, ExecError> {
     let columns = row.columns();
     let mut values = Vec::with_capacity(columns.len());
-    for (i, col) in columns.iter().enumerate() {
-        let decode_err = |e: Box<dyn std::error::Error + Sync + Send>| {
+    for (i, (col, kind)) in columns.iter().zip(kinds).enumerate() {
+        let decode_err = |e: BoxError| {
             ExecError::new(ExecErrorKind::Query, format!("decoding column {}: {e}", col.name()))
         };
-        let ty = col.type_();
-        // A column of a type not read here fails whether or not this cell
-        // is null: a query must not pass while its data happens to be.
-        if !decoded(ty.oid()) {
-            return Err(ExecError::new(
-                ExecErrorKind::Query,
-                format!("column {} has type {ty}, which waymark does not decode", col.name()),
-            ));
-        }
-        // The cell's bytes, read by its column's OID: `try_get` with the
+        // The cell's bytes, decoded by its column's kind: `try_get` with the
         // value's own type would check, per cell, that the type accepts the
         // column (for scalar text, comparing type names too) before decoding.
-        let raw = match row.try_get::<_, RawCell<'_>>(i) {
-            Ok(RawCell(Some(raw))) => raw,
-            Ok(RawCell(None)) => {
-                values.push(Value::Null);
-                continue;
-            }
+        let value = match row.try_get::<_, RawCell<'_>>(i) {
+            Ok(RawCell(Some(raw))) => kind.decode(col.type_(), raw).map_err(decode_err)?,
+            Ok(RawCell(None)) => Value::Null,
             Err(e) => return Err(decode_err(e.into())),
-        };
-        let value = match ty.oid() {
-            oid::VOID => Value::Null,
-            oid::BOOL => Value::Bool(bool::from_sql(ty, raw).map_err(decode_err)?),
-            oid::INT2 => Value::Int4(i32::from(i16::from_sql(ty, raw).map_err(decode_err)?)),
-            oid::INT4 => Value::Int4(i32::from_sql(ty, raw).map_err(decode_err)?),
-            oid::INT8 => Value::Int8(i64::from_sql(ty, raw).map_err(decode_err)?),
-            oid::FLOAT8 => Value::Float8(f64::from_sql(ty, raw).map_err(decode_err)?),
-            oid::FLOAT4 => Value::Float8(f64::from(f32::from_sql(ty, raw).map_err(decode_err)?)),
-            oid::JSONB | oid::JSON => JsonCell::from_sql(ty, raw).map_err(decode_err)?.0,
-            oid::TEXT_ARRAY | oid::VARCHAR_ARRAY | oid::NAME_ARRAY => {
-                Value::TextArray(Vec::<String>::from_sql(ty, raw).map_err(decode_err)?)
-            }
-            // These four are sent as their text, whatever the encoding.
-            oid::TEXT | oid::VARCHAR | oid::NAME | oid::BPCHAR => {
-                Value::Text(std::str::from_utf8(raw).map_err(|e| decode_err(e.into()))?.to_owned())
-            }
-            _ => unreachable!("`decoded` lists the types matched here"),
         };
         values.push(value);
     }
     Ok(values)
 }
 
-/// Whether `decode_values` reads a column of this type.
-fn decoded(type_oid: u32) -> bool {
-    use oid::*;
-    matches!(
-        type_oid,
-        VOID | BOOL
-            | INT2
-            | INT4
-            | INT8
-            | FLOAT4
-            | FLOAT8
-            | JSON
-            | JSONB
-            | TEXT_ARRAY
-            | VARCHAR_ARRAY
-            | NAME_ARRAY
-            | TEXT
-            | VARCHAR
-            | NAME
-            | BPCHAR
-    )
+type BoxError = Box<dyn std::error::Error + Sync + Send>;
+
+/// The column types `decode_values` reads, grouped by how.
+#[derive(Debug, Clone, Copy)]
+enum CellKind {
+    Void,
+    Bool,
+    Int2,
+    Int4,
+    Int8,
+    Float4,
+    Float8,
+    Json,
+    TextArray,
+    Text,
+}
+
+impl CellKind {
+    /// The kind of a column of the type `type_oid`; `None` for a type not
+    /// read here.
+    fn of(type_oid: u32) -> Option<CellKind> {
+        Some(match type_oid {
+            oid::VOID => CellKind::Void,
+            oid::BOOL => CellKind::Bool,
+            oid::INT2 => CellKind::Int2,
+            oid::INT4 => CellKind::Int4,
+            oid::INT8 => CellKind::Int8,
+            oid::FLOAT4 => CellKind::Float4,
+            oid::FLOAT8 => CellKind::Float8,
+            oid::JSONB | oid::JSON => CellKind::Json,
+            oid::TEXT_ARRAY | oid::VARCHAR_ARRAY | oid::NAME_ARRAY => CellKind::TextArray,
+            oid::TEXT | oid::VARCHAR | oid::NAME | oid::BPCHAR => CellKind::Text,
+            _ => return None,
+        })
+    }
+
+    /// A non-null cell's value.
+    fn decode(self, ty: &Type, raw: &[u8]) -> Result<Value, BoxError> {
+        Ok(match self {
+            CellKind::Void => Value::Null,
+            CellKind::Bool => Value::Bool(bool::from_sql(ty, raw)?),
+            CellKind::Int2 => Value::Int4(i32::from(i16::from_sql(ty, raw)?)),
+            CellKind::Int4 => Value::Int4(i32::from_sql(ty, raw)?),
+            CellKind::Int8 => Value::Int8(i64::from_sql(ty, raw)?),
+            CellKind::Float4 => Value::Float8(f64::from(f32::from_sql(ty, raw)?)),
+            CellKind::Float8 => Value::Float8(f64::from_sql(ty, raw)?),
+            CellKind::Json => JsonCell::from_sql(ty, raw)?.0,
+            CellKind::TextArray => Value::TextArray(Vec::<String>::from_sql(ty, raw)?),
+            // Sent as their text, whatever the encoding.
+            CellKind::Text => Value::Text(std::str::from_utf8(raw)?.to_owned()),
+        })
+    }
 }
 
 /// A cell as it came: its bytes, or `None` for SQL NULL. It accepts any
@@ -200,11 +222,11 @@ fn decoded(type_oid: u32) -> bool {
 struct RawCell<'a>(Option<&'a [u8]>);
 
 impl<'a> FromSql<'a> for RawCell<'a> {
-    fn from_sql(_ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+    fn from_sql(_ty: &Type, raw: &'a [u8]) -> Result<Self, BoxError> {
         Ok(RawCell(Some(raw)))
     }
 
-    fn from_sql_null(_ty: &Type) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+    fn from_sql_null(_ty: &Type) -> Result<Self, BoxError> {
         Ok(RawCell(None))
     }
 

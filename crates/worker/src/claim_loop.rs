@@ -283,8 +283,9 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
     fn start_ready(&mut self, runs: &Runs<E>) {
         // Queued a few dozen at a time: the runners' queue is locked once
         // for each group, and the first calls' runners start on the other
-        // threads while the rest are prepared.
-        let mut started = Vec::with_capacity(START_GROUP);
+        // threads while the rest are prepared. (Called on every turn of the
+        // loop: nothing is allocated unless a call starts.)
+        let mut started = Vec::new();
         while !self.ready.is_empty() && self.shared.running_count() < self.shared.settings.concurrency {
             let (_, call) = self.ready.pop_front().expect("not empty");
             if call.all_lost() {
@@ -295,10 +296,10 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
             }
             started.extend(start_call(self.shared, call));
             if started.len() == START_GROUP {
-                runs.start_all(std::mem::replace(&mut started, Vec::with_capacity(START_GROUP)));
+                runs.start_all(&mut started);
             }
         }
-        runs.start_all(started);
+        runs.start_all(&mut started);
     }
 
     /// The slots free now. Claims go in batches: with a few slots free while
@@ -478,7 +479,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         while let Some(done) = self.returning.join_next().await {
             back.extend(done.ok().flatten());
         }
-        runs.start_all(back.into_iter().filter_map(|call| start_call(self.shared, call)).collect());
+        runs.start_all(&mut back.into_iter().filter_map(|call| start_call(self.shared, call)).collect());
     }
 }
 

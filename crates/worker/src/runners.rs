@@ -81,12 +81,13 @@ impl<E: PgExecutor + 'static> Runs<E> {
         }
     }
 
-    /// Queues started calls for runners, the queue locked once for them
+    /// Queues started calls for runners, taking them out of `calls` (whose
+    /// room the caller keeps for the next), the queue locked once for them
     /// all; the runners they need are woken (or spawned) once it is let
     /// go, so that none finds it held by the waker. Once the runners have
     /// stopped, the calls are dropped instead (which ends them, as an
     /// aborted task's).
-    pub(crate) fn start_all(&self, calls: Vec<Started<E>>) {
+    pub(crate) fn start_all(&self, calls: &mut Vec<Started<E>>) {
         if calls.is_empty() {
             return;
         }
@@ -95,13 +96,13 @@ impl<E: PgExecutor + 'static> Runs<E> {
         let mut queue = self.inner.queue();
         if queue.closed {
             drop(queue);
-            drop(calls);
+            calls.clear();
             for _ in 0..count {
                 self.inner.call_ended();
             }
             return;
         }
-        queue.calls.extend(calls);
+        queue.calls.extend(calls.drain(..));
         // Each queued call has a runner on its way: an idle one, or new.
         let short = queue.calls.len().saturating_sub(queue.sent);
         queue.sent += short;

@@ -179,10 +179,11 @@ impl<E: PgExecutor> Store<E> {
         length: Duration,
     ) -> Result<Vec<Beat>> {
         non_empty("worker_id", worker_id)?;
-        let binds = beat_binds(ids, worker_id, lease_millis(length)?);
+        let lease_ms = lease_millis(length)?;
         if ids.is_empty() {
             return Ok(Vec::new());
         }
+        let binds = beat_binds(ids, worker_id, lease_ms);
         let mut beats: Vec<Beat> = run(&mut self.session()?, Statement::HeartbeatBatch, binds)
             .await?
             .into_iter()
@@ -222,10 +223,10 @@ impl<E: PgExecutor> Store<E> {
     ) -> Result<Renewal> {
         non_empty("worker_id", worker_id)?;
         let lease_ms = lease_millis(length)?;
-        let binds = beat_binds(ids, worker_id, lease_ms);
         if ids.is_empty() {
             return Ok(Renewal::default());
         }
+        let binds = beat_binds(ids, worker_id, lease_ms);
         let mut renewal = Renewal::default();
         let mut owned = Vec::new();
         for mut row in run(&mut self.session()?, Statement::HeartbeatBatchSkipLocked, binds).await? {
