@@ -16,14 +16,18 @@
 -- (see fail.sql). -1 or NULL (or attempts NULL, or shorter than ids) fences
 -- nothing: that id is checked as `complete` checks it. (An array, not a JSON
 -- object: nothing to build or parse per task.)
--- The owned rows are picked in a sub-select and reach the update as one
--- array, which it finds through the primary key (with the bound array in
--- the update itself, stale statistics planned a scan of every running row
--- instead; protocol-sql/README.md). The update checks ownership and the fence on
--- each row again as it takes it: the pick takes no locks, and a row another
--- transaction changed meanwhile is checked on its new version. It takes no
--- lock pass first, whose lock records were WAL of their own for every task:
--- the primary key's scan takes the array's ids in index order, so the
+-- The ids reach the update as an array built by a sub-select, whose length
+-- the planner cannot see: it finds each row through the primary key
+-- whatever the statistics say (protocol-sql/README.md), as it would not a
+-- bound array of known length, which a long batch could have planned as a
+-- bitmap scan, in the table's physical order. The update checks ownership,
+-- the lease and the fence on each row as it takes it (a row another
+-- transaction changed meanwhile is checked again on its new version). A
+-- first pass that picked the owned rows, when the statistics said none
+-- ran, read every running row for it and cost a sixth of the statement's
+-- time on the server. It takes no
+-- lock pass first either, whose lock records were WAL of their own for every
+-- task: the primary key's scan takes the array's ids in index order, so the
 -- update locks its rows in id order, as heartbeat_batch does, and the two
 -- cannot deadlock (`tests/tests/plans.rs` holds the update to that scan).
 -- The fence tests are hashed once per statement, not searched per row.
@@ -46,13 +50,7 @@ settled as (
            completed_at_ms = clock.now_ms,
            updated_at_ms = clock.now_ms
       from clock
-     where t.id = any(array(
-               select id
-                 from cairnq_tasks
-                where id = any(:ids)
-                  and status = 'running'
-                  and worker_id = :worker_id
-           ))
+     where t.id = any(array(select unnest(:ids)))
        -- `is true`: no index on status serves this test, so the planner
        -- keeps to the primary key however stale its statistics.
        and (t.status = 'running') is true

@@ -42,6 +42,14 @@ async fn stays_on_indexes(total: i64, queued: i64) {
                     plan.statement,
                     plan.text
                 );
+                // Seeking the ids, not reading the whole index in its order
+                // with the ids as a filter.
+                assert!(
+                    plan.text.contains("Index Cond: (id = ANY"),
+                    "{} seeks its rows by id in the primary key:\n{}",
+                    plan.statement,
+                    plan.text
+                );
             }
             if analyze
                 && !plan.statement.starts_with("claimable_probe")
