@@ -5,6 +5,11 @@
 -- which complete_batch's update locks them, so two multi-row writes on the
 -- same tasks cannot deadlock; a row we hold cannot change, so the update
 -- needs no second ownership check.
+-- The pick seeks the ids in the primary key: its tests of status and lease
+-- are written `is true`, which no index serves, so the planner cannot read
+-- the rows through the status or lease index instead. That index holds
+-- every running row of every worker, and a pick through it read them all
+-- for each beat, the fleet's running rows for one worker's leases.
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
 )
@@ -16,9 +21,9 @@ update cairnq_tasks as t
            select id
              from cairnq_tasks
             where id = any(:ids)
-              and status = 'running'
+              and (status = 'running') is true
               and worker_id = :worker_id
-              and lease_until_ms > (select now_ms from clock)
+              and (lease_until_ms > (select now_ms from clock)) is true
             order by id
               for update
        ))

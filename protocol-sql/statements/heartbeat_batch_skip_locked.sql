@@ -15,6 +15,10 @@
 -- The rows renewed are locked in id order, as heartbeat_batch locks them.
 -- `for no key update` is the lock the update itself takes (it changes no key
 -- column), so a row held only under a key-share lock is renewed, not skipped.
+-- Both reads seek the ids in the primary key: their tests of status and
+-- lease are written `is true`, which no index serves, so neither reads the
+-- status or lease index, which holds every worker's running rows (see
+-- heartbeat_batch.sql).
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
 ),
@@ -22,9 +26,9 @@ owned as materialized (
     select o.id, o.cancel_requested_at_ms
       from cairnq_tasks as o
      where o.id = any(:ids)
-       and o.status = 'running'
+       and (o.status = 'running') is true
        and o.worker_id = :worker_id
-       and o.lease_until_ms > (select now_ms from clock)
+       and (o.lease_until_ms > (select now_ms from clock)) is true
 ),
 renewed as (
     update cairnq_tasks as t
@@ -35,9 +39,9 @@ renewed as (
                select l.id
                  from cairnq_tasks as l
                 where l.id = any(array(select id from owned))
-                  and l.status = 'running'
+                  and (l.status = 'running') is true
                   and l.worker_id = :worker_id
-                  and l.lease_until_ms > (select now_ms from clock)
+                  and (l.lease_until_ms > (select now_ms from clock)) is true
                 order by l.id
                   for no key update skip locked
            ))

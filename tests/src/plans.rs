@@ -33,6 +33,24 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Scans of the task table that read rows only to drop them by a
+    /// filter, with the count dropped: a batched write of one worker's
+    /// tasks that reads every running row (through the status or lease
+    /// index) shows here, since the backlog holds another worker's too.
+    pub fn filtered_table_scans(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut scan: Option<&str> = None;
+        for line in self.text.lines().map(str::trim) {
+            if line.starts_with("->") || (scan.is_none() && line.contains(" on cairnq_tasks")) {
+                let table_scan = line.contains(" on cairnq_tasks") && line.contains("Scan");
+                scan = table_scan.then_some(line);
+            } else if let (Some(node), true) = (scan, line.starts_with("Rows Removed by Filter")) {
+                found.push(format!("{node} / {line}"));
+            }
+        }
+        found
+    }
+
     /// Plan nodes that read or join the whole table.
     pub fn whole_table_nodes(&self) -> Vec<&str> {
         self.text
@@ -45,9 +63,14 @@ impl Plan {
     }
 }
 
+/// Another worker, whose running tasks the batched writes of [`WORKER`]
+/// must not read.
+pub const NEIGHBOUR: &str = "plans-neighbour";
+
 /// Fills the installation `client` sees with `total` due tasks and
 /// analyses it; then settles all but `queued` of them, and claims `running`
-/// of those for [`WORKER`] (statistics not refreshed). Returns the running ids.
+/// of those for [`WORKER`] and as many for [`NEIGHBOUR`] (statistics not
+/// refreshed). Returns [`WORKER`]'s running ids.
 pub async fn stale_backlog(client: &Client, total: i64, queued: i64, running: i64) -> Vec<String> {
     queued_backlog(client, total, QUEUE, NAME).await;
     client
@@ -69,6 +92,15 @@ pub async fn stale_backlog(client: &Client, total: i64, queued: i64, running: i6
         )
         .await
         .expect("claiming a batch");
+    client
+        .execute(
+            "update cairnq_tasks set status = 'running', worker_id = $1, attempt = 1, \
+                    lease_until_ms = 9000000000000 \
+              where id in (select id from cairnq_tasks where status = 'queued' order by id desc limit $2)",
+            &[&NEIGHBOUR, &running],
+        )
+        .await
+        .expect("claiming a batch for another worker");
     rows.iter().map(|r| r.get(0)).collect()
 }
 

@@ -52,6 +52,19 @@ async fn stays_on_indexes(total: i64, queued: i64) {
                 );
             }
             if analyze
+                && (plan.statement.starts_with("heartbeat_batch") || plan.statement == "complete_batch")
+            {
+                // One worker's batched writes seek its ids; they never read
+                // the other worker's running rows to filter them out.
+                let filtered = plan.filtered_table_scans();
+                assert!(
+                    filtered.is_empty(),
+                    "{} reads rows it does not own: {filtered:?}\n{}",
+                    plan.statement,
+                    plan.text
+                );
+            }
+            if analyze
                 && !plan.statement.starts_with("claimable_probe")
                 && plan.statement.starts_with("claim")
             {
