@@ -30,6 +30,10 @@
 -- task: the primary key's scan takes the array's ids in index order, so the
 -- update locks its rows in id order, as heartbeat_batch does, and the two
 -- cannot deadlock (`tests/tests/plans.rs` holds the update to that scan).
+-- On a table of a page or two the planner reads the table whole instead,
+-- in its physical order; a deadlock with a heartbeat is possible there,
+-- and PostgreSQL ends one of the two: the heartbeat is retried, and the
+-- worker settles that batch again one task at a time.
 -- The fence tests are hashed once per statement, not searched per row.
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms

@@ -4,11 +4,12 @@
 //! them with their timings.
 //!
 //! The backlog is made stale on purpose: analysed while every row was
-//! queued, then most of it settled and a batch claimed, so the statistics
-//! say every row is queued and none running. That is the state of a queue
-//! just drained, until autovacuum analyses it again, and the one where a
-//! join on the picked rows became a hash over the whole table and a plain
-//! `exists` probe a sequential scan.
+//! queued, then most of it settled and a batch claimed by each of two
+//! workers, so the statistics say every row is queued and none running.
+//! That is the state of a queue just drained, until autovacuum analyses it
+//! again, and the one where a join on the picked rows became a hash over
+//! the whole table, a plain `exists` probe a sequential scan, and one
+//! worker's heartbeat a read of every worker's running rows.
 
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Client;
@@ -46,6 +47,22 @@ impl Plan {
                 scan = table_scan.then_some(line);
             } else if let (Some(node), true) = (scan, line.starts_with("Rows Removed by Filter")) {
                 found.push(format!("{node} / {line}"));
+            }
+        }
+        found
+    }
+
+    /// The task table's indexes the plan reads.
+    pub fn indexes(&self) -> Vec<&str> {
+        let mut found: Vec<&str> = Vec::new();
+        for line in self.text.lines() {
+            for marker in [" using ", "Bitmap Index Scan on "] {
+                if let Some((_, rest)) = line.split_once(marker) {
+                    let name = rest.split_whitespace().next().unwrap_or("");
+                    if name.starts_with("cairnq_tasks_") && !found.contains(&name) {
+                        found.push(name);
+                    }
+                }
             }
         }
         found

@@ -51,6 +51,19 @@ async fn stays_on_indexes(total: i64, queued: i64) {
                     plan.text
                 );
             }
+            if plan.statement.starts_with("heartbeat_batch") || plan.statement == "complete_batch" {
+                // One worker's batched writes seek its ids in the primary
+                // key; the status and lease indexes hold every worker's
+                // running rows (a bitmap of one of them read beside the
+                // primary key's drops no row by a filter, but reads them).
+                let indexes = plan.indexes();
+                assert!(
+                    indexes.iter().all(|i| *i == "cairnq_tasks_pkey"),
+                    "{} reads an index other than the primary key: {indexes:?}\n{}",
+                    plan.statement,
+                    plan.text
+                );
+            }
             if analyze
                 && (plan.statement.starts_with("heartbeat_batch") || plan.statement == "complete_batch")
             {

@@ -14,8 +14,8 @@ pub(super) async fn explain() -> Result<(), String> {
     let mut client = waymark_tests::db::admin_client(&url).await;
     let running = waymark_tests::plans::stale_backlog(&client, TOTAL, QUEUED, RUNNING).await;
     println!(
-        "explain: {TOTAL} tasks ({QUEUED} queued, {RUNNING} of them running, the rest succeeded), \
-         statistics taken while every task was queued\n"
+        "explain: {TOTAL} tasks ({QUEUED} queued, then {RUNNING} of them claimed by each of two workers, \
+         the rest succeeded), statistics taken while every task was queued\n"
     );
     for plan in waymark_tests::plans::explain_hot_statements(&mut client, &running, true).await {
         println!("-- {}", plan.statement);
