@@ -226,6 +226,8 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
         P: DeserializeOwned + Send + 'static,
         R: Serialize + Send + 'static,
     {
+        // Its calls await their thread: never run in a group.
+        let options = HandlerOptions { quick: false, ..options };
         self.register(
             name.into_name(),
             Kind::One(Arc::new(Blocking(Arc::new(handler), PhantomData))),
@@ -271,7 +273,8 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
     }
 
     fn register(mut self, name: String, kind: Kind<E>, options: HandlerOptions) -> Self {
-        self.handlers.insert(name, Registration { kind, options });
+        let pace = (options.quick && matches!(kind, Kind::One(_))).then(Arc::default);
+        self.handlers.insert(name, Registration { kind, options, pace });
         self
     }
 

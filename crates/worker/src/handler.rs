@@ -26,6 +26,9 @@ pub(crate) enum Kind<E> {
 pub(crate) struct Registration<E> {
     pub(crate) kind: Kind<E>,
     pub(crate) options: crate::limits::HandlerOptions,
+    /// A quick handler's record of its calls' first polls, which decides
+    /// whether they run in groups ([`crate::pace`]); `None` for others.
+    pub(crate) pace: Option<Arc<crate::pace::Pace>>,
 }
 
 /// How one run of a handler ended, before settlement.

@@ -115,6 +115,7 @@ mod handler;
 mod heartbeat;
 mod limits;
 mod one_or_many;
+mod pace;
 mod plan;
 mod run;
 mod runners;

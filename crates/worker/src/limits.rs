@@ -15,6 +15,7 @@ use waymark_store::Error;
 pub struct HandlerOptions {
     pub(crate) resource: Option<String>,
     pub(crate) max_running: Option<usize>,
+    pub(crate) quick: bool,
 }
 
 impl HandlerOptions {
@@ -38,6 +39,29 @@ impl HandlerOptions {
     /// to the worker's concurrency.
     pub fn max_running(mut self, n: usize) -> Self {
         self.max_running = Some(n);
+        self
+    }
+
+    /// Declares the handler quick: its calls end within their first poll,
+    /// in well under 100 µs, or await, and never block their thread. The
+    /// worker then runs its calls a group at a time (up to 32 on one
+    /// runner, each polled once, one after another) instead of waking a
+    /// runner per call, which spares a short handler much of the worker's
+    /// cost per call (about a fifth of the worker's CPU for a no-op
+    /// handler; docs/benchmarks.md, "An eighth pass"). A call that awaits
+    /// in its first poll goes on on a runner of its own, once the rest of
+    /// its group has been polled. Once its calls are seen to await, or to
+    /// run longer than about 100 µs, the handler's calls go to a runner
+    /// each until it has shown again that they end at once.
+    ///
+    /// The price, if the declaration is wrong: a call that blocks its
+    /// thread holds up the calls after it in its group (and a call before
+    /// it that awaited), and a task it woke (the settlement batcher, the
+    /// claim loop) can wait on that thread until it returns. Undeclared,
+    /// each call has a runner of its own and a blocking call holds up no
+    /// other. Defaults to off; ignored for blocking and batch handlers.
+    pub fn quick(mut self) -> Self {
+        self.quick = true;
         self
     }
 }

@@ -17,6 +17,7 @@ use crate::events::WorkerEvent;
 use crate::handler::{BatchHandler, BatchOutcome, Handler, Kind, Outcome};
 use crate::limits::Units;
 use crate::one_or_many::OneOrMany;
+use crate::pace::Pace;
 use crate::plan::Call;
 use crate::settle::{FollowUp, Settler};
 use crate::shutdown::{release, GiveBack};
@@ -152,10 +153,11 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
     if tasks.is_empty() {
         return None;
     }
-    let handler = match shared.handlers.get(&tasks[0].name).map(|r| &r.kind) {
-        Some(Kind::One(handler)) => CallHandler::One(Some(handler.clone())),
-        Some(Kind::Batch(handler, _)) => CallHandler::Batch(handler.clone()),
-        None => CallHandler::One(None),
+    let registration = shared.handlers.get(&tasks[0].name);
+    let (handler, pace) = match registration.map(|r| (&r.kind, &r.pace)) {
+        Some((Kind::One(handler), pace)) => (CallHandler::One(Some(handler.clone())), pace.clone()),
+        Some((Kind::Batch(handler, _), _)) => (CallHandler::Batch(handler.clone()), None),
+        None => (CallHandler::One(None), None),
     };
     // From here, whatever happens (a panic, the call dropped unrun as the
     // runners stop), the slot comes free.
@@ -175,7 +177,7 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
         started: Instant::now(),
         ended: false,
     };
-    Some(Started { slot, tasks, handler })
+    Some(Started { slot, tasks, handler, pace })
 }
 
 /// A call started and waiting for a runner: its slot (which holds its
@@ -184,6 +186,16 @@ pub(crate) struct Started<E> {
     slot: Slot<E>,
     tasks: OneOrMany<Arc<Task>>,
     handler: CallHandler<E>,
+    /// The record of its handler's first polls: a quick handler's.
+    pace: Option<Arc<Pace>>,
+}
+
+impl<E> Started<E> {
+    /// The record of its handler's first polls, for a call of a quick
+    /// handler (others never run in a group).
+    pub(crate) fn pace(&self) -> Option<&Arc<Pace>> {
+        self.pace.as_ref()
+    }
 }
 
 /// The handler a call runs, looked up once as it starts.
@@ -200,7 +212,7 @@ pub(crate) async fn run_call<E: PgExecutor + 'static>(
     settler: &Settler<E>,
     call: Started<E>,
 ) {
-    let Started { slot, tasks, handler } = call;
+    let Started { slot, tasks, handler, pace: _ } = call;
     let is_batch = matches!(handler, CallHandler::Batch(_));
     let handed = {
         let running = &slot.running;

@@ -8,8 +8,9 @@
 //!
 //! A started call waits in a queue until a runner takes it. Each queued
 //! call has a runner on its way (an idle one woken, or a new one spawned
-//! when none is idle), sent by the claim loop that started it, never by a
-//! runner: a runner may be about to block its thread in a handler, and on
+//! when none is idle), sent by the claim loop that started it, or by a
+//! group's runner just before it yields (below), never by a runner about
+//! to run a handler: a runner may be about to block its thread in one, and on
 //! tokio's multi-thread runtime a task woken from a thread waits in that
 //! thread's next-task slot, which other threads cannot steal from. For the
 //! same reason a runner whose call ended yields to the scheduler before it
@@ -22,11 +23,30 @@
 //! has yet to resume after their yield (tokio resumes a yielded task when
 //! its thread runs out of other work, or at its periodic upkeep); idle ones
 //! wait for the next call until the worker's run ends.
+//!
+//! The calls of a handler declared quick (`HandlerOptions::quick`) whose
+//! latest calls each ended in their first poll ([`crate::pace`]) are
+//! queued as a group for one runner, which polls each once where it is,
+//! one after another with no yield between: a call that ends there woke no
+//! runner of its own (a yield per call, measured, cost as much as a runner
+//! per call). A call of the group that does not end in that poll goes on,
+//! boxed, as a job of its own with a runner sent for it once the whole
+//! group has been polled (sent earlier, the runner would wait in the
+//! thread's next-task slot behind the rest of the group anyway). A group is
+//! at most [`GROUP_MAX`] calls. What a quick handler gives up is the
+//! isolation above: a call in a group waits for the polls before its own,
+//! and one that blocks its thread holds up the rest of its group and what
+//! the calls before it woke on that thread (the settlement batcher, the
+//! claim loop). That is why a handler must be declared quick, and the
+//! calls of one that does not end at once leave the groups.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use futures::task::AtomicWaker;
 use futures::FutureExt;
@@ -54,10 +74,42 @@ struct Inner<E> {
     open: AtomicUsize,
     ended: Notify,
     runners: Mutex<JoinSet<()>>,
+    /// Set as the runners stop (with the queue's `closed`): a group's
+    /// calls not yet polled are dropped, not run, so that shutdown may give
+    /// their tasks back even while a call before them holds the group's
+    /// runner in blocking code.
+    stopping: AtomicBool,
+}
+
+/// The most calls in one group: what a call in a group may wait behind.
+const GROUP_MAX: usize = 32;
+
+/// What a runner takes from the queue.
+enum Job<E> {
+    /// A call, run to its end.
+    One(Started<E>),
+    /// Calls whose handlers end at once, polled once each (see the module
+    /// docs).
+    Group(Vec<Started<E>>),
+    /// A call of a group that did not end in its first poll, run to its
+    /// end; it ends in the count as it drops, wherever that is.
+    Polled(Pin<Box<dyn Future<Output = ()> + Send>>),
+}
+
+impl<E> Job<E> {
+    /// Its calls that end in the count only when a runner runs them (a
+    /// polled call's guard goes with its future).
+    fn unguarded(&self) -> usize {
+        match self {
+            Job::One(_) => 1,
+            Job::Group(calls) => calls.len(),
+            Job::Polled(_) => 0,
+        }
+    }
 }
 
 struct Queue<E> {
-    calls: VecDeque<Started<E>>,
+    calls: VecDeque<Job<E>>,
     /// Runners waiting for a wakeup, the latest to wait last.
     idle: Vec<Arc<Bell>>,
     /// Runners on their way to the queue (woken, or just spawned) that have
@@ -77,6 +129,7 @@ impl<E: PgExecutor + 'static> Runs<E> {
                 open: AtomicUsize::new(0),
                 ended: Notify::new(),
                 runners: Mutex::new(JoinSet::new()),
+                stopping: AtomicBool::new(false),
             }),
         }
     }
@@ -91,35 +144,25 @@ impl<E: PgExecutor + 'static> Runs<E> {
         if calls.is_empty() {
             return;
         }
-        let count = calls.len();
-        self.inner.open.fetch_add(count, Ordering::SeqCst);
-        let mut queue = self.inner.queue();
-        if queue.closed {
-            drop(queue);
-            calls.clear();
-            for _ in 0..count {
-                self.inner.call_ended();
-            }
-            return;
-        }
-        queue.calls.extend(calls.drain(..));
-        // Each queued call has a runner on its way: an idle one, or new.
-        let short = queue.calls.len().saturating_sub(queue.sent);
-        queue.sent += short;
-        let woken = queue.idle.len().min(short);
-        let keep = queue.idle.len() - woken;
-        let bells = queue.idle.split_off(keep);
-        drop(queue);
-        for bell in bells.into_iter().rev() {
-            bell.ring();
-        }
-        let spawned = short - woken;
-        if spawned > 0 {
-            let mut runners = self.inner.runners.lock().unwrap_or_else(|p| p.into_inner());
-            for _ in 0..spawned {
-                runners.spawn(runner(self.inner.clone()));
+        self.inner.open.fetch_add(calls.len(), Ordering::SeqCst);
+        // The calls of handlers that end at once go as one group.
+        let mut jobs = Vec::with_capacity(calls.len());
+        let mut group = Vec::new();
+        for call in calls.drain(..) {
+            match call.pace().is_some_and(|pace| pace.groups()) {
+                true => group.push(call),
+                false => jobs.push(Job::One(call)),
             }
         }
+        while !group.is_empty() {
+            let rest = group.split_off(group.len().min(GROUP_MAX));
+            match group.len() {
+                1 => jobs.extend(group.pop().map(Job::One)),
+                _ => jobs.push(Job::Group(group)),
+            }
+            group = rest;
+        }
+        self.inner.send(jobs);
     }
 
     /// Until every call started has ended.
@@ -152,6 +195,44 @@ impl<E> Drop for Runs<E> {
     }
 }
 
+impl<E: PgExecutor + 'static> Inner<E> {
+    /// Queues jobs, each with a runner on its way: an idle one woken, or a
+    /// new one, once the queue is let go. Once the runners have stopped,
+    /// the jobs are dropped instead, out of the queue's lock.
+    fn send(self: &Arc<Self>, jobs: Vec<Job<E>>) {
+        if jobs.is_empty() {
+            return;
+        }
+        let mut queue = self.queue();
+        if queue.closed {
+            drop(queue);
+            let unguarded: usize = jobs.iter().map(Job::unguarded).sum();
+            drop(jobs);
+            for _ in 0..unguarded {
+                self.call_ended();
+            }
+            return;
+        }
+        queue.calls.extend(jobs);
+        let short = queue.calls.len().saturating_sub(queue.sent);
+        queue.sent += short;
+        let woken = queue.idle.len().min(short);
+        let keep = queue.idle.len() - woken;
+        let bells = queue.idle.split_off(keep);
+        drop(queue);
+        for bell in bells.into_iter().rev() {
+            bell.ring();
+        }
+        let spawned = short - woken;
+        if spawned > 0 {
+            let mut runners = self.runners.lock().unwrap_or_else(|p| p.into_inner());
+            for _ in 0..spawned {
+                runners.spawn(runner(self.clone()));
+            }
+        }
+    }
+}
+
 impl<E> Inner<E> {
     fn queue(&self) -> MutexGuard<'_, Queue<E>> {
         self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -160,9 +241,10 @@ impl<E> Inner<E> {
     /// Closes the queue (its calls dropped, out of its lock), wakes the
     /// idle runners to see it, and aborts the runners, whose set comes back.
     fn stop(&self) -> JoinSet<()> {
-        let (dropped, idle): (Vec<Started<E>>, Vec<Arc<Bell>>) = {
+        let (dropped, idle): (Vec<Job<E>>, Vec<Arc<Bell>>) = {
             let mut queue = self.queue();
             queue.closed = true;
+            self.stopping.store(true, Ordering::SeqCst);
             (queue.calls.drain(..).collect(), std::mem::take(&mut queue.idle))
         };
         for bell in idle {
@@ -170,9 +252,12 @@ impl<E> Inner<E> {
         }
         let mut runners = std::mem::take(&mut *self.runners.lock().unwrap_or_else(|p| p.into_inner()));
         runners.abort_all();
-        for call in dropped {
-            drop(call);
-            self.call_ended();
+        for job in dropped {
+            let unguarded = job.unguarded();
+            drop(job);
+            for _ in 0..unguarded {
+                self.call_ended();
+            }
         }
         runners
     }
@@ -205,24 +290,118 @@ async fn runner<E: PgExecutor + 'static>(inner: Arc<Inner<E>>) {
             }
             call
         };
-        let Some(call) = call else {
+        let Some(job) = call else {
             bell.heard().await;
             sent = true;
             continue;
         };
-        {
-            // Ends the call in the count however it ends: returned,
-            // panicked, or dropped with this runner.
-            let _open = CallOpen(&inner);
-            // A panic past the handler's own guard (the worker's code)
-            // ends this call only, as it ended its task before.
-            let _ = std::panic::AssertUnwindSafe(run_call(&inner.shared, &inner.settler, call))
-                .catch_unwind()
-                .await;
+        // A panic past the handler's own guard (the worker's code) ends
+        // its call only, as it ended its task before.
+        match job {
+            Job::One(call) => {
+                // Ends the call in the count however it ends: returned,
+                // panicked, or dropped with this runner.
+                let _open = CallOpen(&inner);
+                let _ = std::panic::AssertUnwindSafe(run_one(&inner, call)).catch_unwind().await;
+            }
+            Job::Group(calls) => run_group(&inner, calls),
+            Job::Polled(call) => {
+                let _ = std::panic::AssertUnwindSafe(call).catch_unwind().await;
+            }
         }
         // Back to the scheduler before the next call (see the module docs):
         // what the ended call woke runs first.
         tokio::task::yield_now().await;
+    }
+}
+
+/// Runs a call to its end, and records its handler's first poll.
+async fn run_one<E: PgExecutor + 'static>(inner: &Inner<E>, call: Started<E>) {
+    let pace = call.pace().cloned();
+    let run = run_call(&inner.shared, &inner.settler, call);
+    let Some(pace) = pace else { return run.await };
+    let mut run = std::pin::pin!(run);
+    let mut first = Some(pace);
+    std::future::poll_fn(|cx| {
+        let Some(pace) = first.take() else { return run.as_mut().poll(cx) };
+        let began = Instant::now();
+        let polled = run.as_mut().poll(cx);
+        pace.first_poll(polled.is_ready(), began.elapsed());
+        polled
+    })
+    .await;
+}
+
+/// Polls each call of a group once, one after another, and records its
+/// handler's first poll; a call that did not end goes on as a job of its
+/// own, queued as the group ends (see the module docs).
+fn run_group<E: PgExecutor + 'static>(inner: &Arc<Inner<E>>, calls: Vec<Started<E>>) {
+    let mut left = Left { calls: calls.into_iter(), inner };
+    let mut waiting = Vec::new();
+    // Woken by nothing: a call that did not end is polled again by the
+    // runner that takes it, whatever happened meanwhile.
+    let mut cx = Context::from_waker(Waker::noop());
+    for call in left.calls.by_ref() {
+        if inner.stopping.load(Ordering::SeqCst) {
+            // Never run, as a queued call is dropped (see `stopping`); the
+            // rest go with `left`.
+            drop(call);
+            inner.call_ended();
+            break;
+        }
+        let pace = call.pace().cloned();
+        let open = Open(inner.clone());
+        let mut run: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
+            let open = open;
+            run_call(&open.0.shared, &open.0.settler, call).await;
+        });
+        let began = Instant::now();
+        // Outside tokio's budget: the group's calls share one poll of this
+        // runner, and a call late in it could find the budget spent by
+        // those before and seem to await. (A call that runs long for want
+        // of the budget's forced yields is still seen, by its time.)
+        let mut first = tokio::task::unconstrained(run.as_mut());
+        let polled =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Pin::new(&mut first).poll(&mut cx)));
+        let ended = !matches!(polled, Ok(Poll::Pending));
+        if let Some(pace) = pace {
+            pace.first_poll(ended, began.elapsed());
+        }
+        #[cfg(feature = "test-hooks")]
+        inner.shared.state.grouped_calls.fetch_add(1, Ordering::Relaxed);
+        // Ended, or panicked (the worker's code): dropped, which ends it
+        // in the count.
+        if !ended {
+            waiting.push(Job::Polled(run));
+        }
+    }
+    drop(left);
+    inner.send(waiting);
+}
+
+/// A group's calls not yet polled: dropped unrun as the runners stop,
+/// each ends in the count.
+struct Left<'a, E> {
+    calls: std::vec::IntoIter<Started<E>>,
+    inner: &'a Inner<E>,
+}
+
+impl<E> Drop for Left<'_, E> {
+    fn drop(&mut self) {
+        for call in self.calls.by_ref() {
+            drop(call);
+            self.inner.call_ended();
+        }
+    }
+}
+
+/// Ends a call in the count as it drops: a polled call's, inside its
+/// future.
+struct Open<E>(Arc<Inner<E>>);
+
+impl<E> Drop for Open<E> {
+    fn drop(&mut self) {
+        self.0.call_ended();
     }
 }
 

@@ -74,6 +74,9 @@ pub(crate) struct State {
     pub(crate) stop_now: watch::Sender<bool>,
     #[cfg(feature = "test-hooks")]
     pub(crate) heartbeats_paused: std::sync::atomic::AtomicBool,
+    /// Calls polled in a group (see `runners`), for tests.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) grouped_calls: std::sync::atomic::AtomicU64,
     pub(crate) settled: Arc<SettledCount>,
     pub(crate) events: Events,
 }
@@ -198,6 +201,8 @@ pub struct WorkerHandle {
     stop_now: watch::Sender<bool>,
     #[cfg(feature = "test-hooks")]
     paused: Arc<dyn Fn(bool) + Send + Sync>,
+    #[cfg(feature = "test-hooks")]
+    grouped: Arc<dyn Fn() -> u64 + Send + Sync>,
     running: Arc<dyn Fn() -> usize + Send + Sync>,
     settled: Arc<SettledCount>,
     events: Events,
@@ -231,6 +236,14 @@ impl WorkerHandle {
     #[cfg(feature = "test-hooks")]
     pub fn pause_heartbeats(&self, paused: bool) {
         (self.paused)(paused)
+    }
+
+    /// Test hook (feature `test-hooks`): how many calls have been polled
+    /// in a group, by a runner that took several calls of handlers that
+    /// end at once, rather than each by a runner of its own.
+    #[cfg(feature = "test-hooks")]
+    pub fn calls_run_in_groups(&self) -> u64 {
+        (self.grouped)()
     }
 
     /// Runs in flight: claimed tasks whose handlers have not ended. (At
@@ -295,11 +308,15 @@ impl<E: PgExecutor + 'static> Worker<E> {
         let s2 = self.shared.clone();
         #[cfg(feature = "test-hooks")]
         let s1 = self.shared.clone();
+        #[cfg(feature = "test-hooks")]
+        let s3 = self.shared.clone();
         WorkerHandle {
             stop: self.shared.state.stop.clone(),
             stop_now: self.shared.state.stop_now.clone(),
             #[cfg(feature = "test-hooks")]
             paused: Arc::new(move |p| s1.state.heartbeats_paused.store(p, Ordering::SeqCst)),
+            #[cfg(feature = "test-hooks")]
+            grouped: Arc::new(move || s3.state.grouped_calls.load(Ordering::Relaxed)),
             running: Arc::new(move || s2.running_count()),
             settled: self.shared.state.settled.clone(),
             events: self.shared.state.events.clone(),

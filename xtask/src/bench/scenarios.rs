@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use waymark_pool::PgPool;
 use waymark_store::{ConnectOptions, NewTask, Store};
-use waymark_worker::{Worker, WorkerBuilder};
+use waymark_worker::{HandlerOptions, Worker, WorkerBuilder};
 
 use super::measure::{CpuClock, Round, Stamps};
 use super::{
@@ -174,7 +174,9 @@ pub(super) async fn until_watching(store: &Store<PgPool>) -> Result<(), String> 
     Ok(())
 }
 
-/// The bench's worker before it is built: one no-op handler on `queue`.
+/// The bench's worker before it is built: one no-op handler on `queue`,
+/// declared quick (`HandlerOptions::quick`), as a user would declare a
+/// handler that never blocks.
 pub(super) fn worker_builder(
     store: &Arc<Store<PgPool>>,
     queue: &str,
@@ -187,7 +189,7 @@ pub(super) fn worker_builder(
         .concurrency(concurrency)
         .settle_batch(settle, Duration::from_millis(2))
         .poll_interval(Duration::from_millis(200))
-        .task("bench.noop", move |_ctx, p: serde_json::Value| {
+        .task_with("bench.noop", HandlerOptions::new().quick(), move |_ctx, p: serde_json::Value| {
             on_start(&p);
             async move { Ok(()) }
         })
@@ -255,7 +257,9 @@ async fn default_drain(server: &str) -> Result<Round, String> {
 pub(super) async fn drain(server: &str, n: usize, peers: Option<&Path>) -> Result<Vec<Row>, String> {
     let mut rows: Vec<Row> = DRAIN_SETTINGS
         .iter()
-        .map(|(c, s)| Row::new("waymark", "drain", format!("concurrency {c}, settle batch {s}")))
+        .map(|(c, s)| {
+            Row::new("waymark", "drain", format!("concurrency {c}, settle batch {s}, quick handler"))
+        })
         .collect();
     rows.push(Row::new("waymark", "drain", "default settings (concurrency 10, settle batch 64)"));
     rows.push(Row::new(baseline::SYSTEM, "drain", "2 connections, claims of 500"));

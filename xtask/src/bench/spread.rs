@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use waymark_store::NewTask;
-use waymark_worker::Worker;
+use waymark_worker::{HandlerOptions, Worker};
 
 use super::scenarios::{backlog_of, drain_with, fresh};
 use super::{rounds, RoundFn, Row, CONCURRENCY, SETTLE, TASKS};
@@ -39,7 +39,11 @@ async fn spread_drain(server: &str, spread: bool) -> Result<super::measure::Roun
         .settle_batch(SETTLE, Duration::from_millis(2))
         .poll_interval(Duration::from_millis(200));
     for i in 0..width {
-        builder = builder.task(name(i * QUEUES), |_ctx, _p: serde_json::Value| async move { Ok(()) });
+        builder = builder.task_with(
+            name(i * QUEUES),
+            HandlerOptions::new().quick(),
+            |_ctx, _p: serde_json::Value| async move { Ok(()) },
+        );
     }
     drain_with(builder.build().map_err(|e| e.to_string())?).await
 }

@@ -1,0 +1,225 @@
+//! Handlers declared quick (`HandlerOptions::quick`) on a real PostgreSQL:
+//! their calls run in groups once they have shown they end at once; a
+//! grouped call that awaits goes on on a runner of its own, one that
+//! panics fails alone, and handlers not declared quick (or blocking ones)
+//! never run in a group.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use waymark_pool::PgPool;
+use waymark_store::{NewTask, Store, TaskStatus};
+use waymark_tests::{pool_store, TestSchema};
+use waymark_worker::{HandlerOptions, Worker, WorkerHandle};
+
+type S = Arc<Store<PgPool>>;
+
+/// Submits `tasks` and waits until the worker has settled `settled`
+/// tasks in all; answers the ids.
+async fn run_through(store: &S, handle: &WorkerHandle, tasks: Vec<NewTask>, settled: u64) -> Vec<String> {
+    let ids = store.submit_batch(tasks).await.expect("submit");
+    tokio::time::timeout(Duration::from_secs(60), handle.until_settled(settled))
+        .await
+        .unwrap_or_else(|_| panic!("{settled} tasks settled within 60 s (settled {})", handle.settled()));
+    ids
+}
+
+fn quick_worker(store: &S) -> Worker<PgPool> {
+    Worker::builder(store.clone())
+        .concurrency(64)
+        .task_with("step", HandlerOptions::new().quick(), |_ctx, p: serde_json::Value| async move {
+            match p["mode"].as_str() {
+                Some("await") => tokio::time::sleep(Duration::from_millis(2)).await,
+                Some("panic") => panic!("a grouped call panics"),
+                _ => {}
+            }
+            Ok(p["i"].clone())
+        })
+        .build()
+        .expect("worker")
+}
+
+/// `name` tasks of `mode` (see `quick_worker`), numbered from 0, each of
+/// one attempt (a panic fails it for good, and no retry comes later).
+fn tasks(name: &str, mode: &str, range: std::ops::Range<i64>) -> Vec<NewTask> {
+    range.map(|i| NewTask::new(name, json!({ "mode": mode, "i": i })).max_attempts(1)).collect()
+}
+
+/// Runs batches of `tasks` (after quick ones that let the handler show it
+/// ends at once) until one of them has calls run in a group, five tries
+/// at most: on a busy machine two slow polls in a row send the handler
+/// back to a runner per call. Each batch must settle as `check` says.
+/// Answers whether a batch ran in a group.
+async fn in_a_group(
+    store: &S,
+    handle: &WorkerHandle,
+    settled: &mut u64,
+    batch: impl Fn() -> Vec<NewTask>,
+    check: impl Fn(usize, waymark_store::Task),
+) -> bool {
+    for _ in 0..5 {
+        *settled += 100;
+        run_through(store, handle, tasks("step", "ok", 0..100), *settled).await;
+        let before = handle.calls_run_in_groups();
+        let tasks = batch();
+        *settled += tasks.len() as u64;
+        let ids = run_through(store, handle, tasks, *settled).await;
+        for (i, id) in ids.iter().enumerate() {
+            check(i, store.fetch(id).await.expect("fetch"));
+        }
+        if handle.calls_run_in_groups() > before {
+            return true;
+        }
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quick_handlers_calls_run_in_groups_and_those_that_await_or_panic_still_settle() {
+    let schema = TestSchema::new().await;
+    let store: S = Arc::new(pool_store(&schema).await);
+    let worker = quick_worker(&store);
+    let handle = worker.handle();
+    let run = tokio::spawn(worker.run());
+    let mut settled = 0;
+
+    // Quick calls: after the first have shown it, they run in groups.
+    let quick = |i: usize, t: waymark_store::Task| {
+        assert_eq!((t.status, t.result), (TaskStatus::Succeeded, Some(json!(i))), "quick task {i}");
+    };
+    let grouped = in_a_group(&store, &handle, &mut settled, || tasks("step", "ok", 0..200), quick).await;
+    assert!(grouped, "no quick call ran in a group");
+
+    // Calls that await in their first poll: in a group, they go on, each
+    // on a runner of its own, and every one of them settles.
+    let waiting = |i: usize, t: waymark_store::Task| {
+        assert_eq!((t.status, t.result), (TaskStatus::Succeeded, Some(json!(i))), "awaiting task {i}");
+    };
+    let grouped = in_a_group(&store, &handle, &mut settled, || tasks("step", "await", 0..64), waiting).await;
+    assert!(grouped, "no awaiting call was started in a group");
+
+    // Calls that panic in a group: each fails alone, as a panic does on a
+    // runner.
+    let panicked = |_: usize, t: waymark_store::Task| {
+        let e = t.error_envelope().expect("envelope");
+        assert_eq!(
+            (t.status, e.kind.as_str()),
+            (TaskStatus::Failed, "Panic"),
+            "a panicking call fails alone"
+        );
+    };
+    let grouped = in_a_group(&store, &handle, &mut settled, || tasks("step", "panic", 0..10), panicked).await;
+    assert!(grouped, "no panicking call ran in a group");
+
+    handle.shutdown();
+    run.await.expect("worker ends");
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_not_declared_quick_never_run_in_groups() {
+    let schema = TestSchema::new().await;
+    let store: S = Arc::new(pool_store(&schema).await);
+    let worker = Worker::builder(store.clone())
+        .concurrency(64)
+        .task("plain", |_ctx, p: serde_json::Value| async move { Ok(p["i"].clone()) })
+        // Declared quick, but a blocking handler's calls await their thread
+        // (the builder drops the declaration, and its first polls would
+        // keep it out of groups anyway).
+        .blocking_task_with("blocking", HandlerOptions::new().quick(), |_ctx, p: serde_json::Value| {
+            Ok(p["i"].clone())
+        })
+        .build()
+        .expect("worker");
+    let handle = worker.handle();
+    let run = tokio::spawn(worker.run());
+    run_through(&store, &handle, tasks("plain", "ok", 0..200), 200).await;
+    run_through(&store, &handle, tasks("blocking", "ok", 0..200), 400).await;
+    assert_eq!(handle.calls_run_in_groups(), 0);
+    handle.shutdown();
+    run.await.expect("worker ends");
+    schema.drop().await;
+}
+
+/// A grouped call that blocks its thread past shutdown's grace: the calls
+/// after it in its group are given back (their attempts unspent) and never
+/// run, not even once the blocking call returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_behind_a_blocked_call_in_a_group_are_given_back_at_shutdown_and_never_run() {
+    let schema = TestSchema::new().await;
+    let store: S = Arc::new(pool_store(&schema).await);
+    let started = Arc::new(AtomicUsize::new(0));
+    let blocking = Arc::new(tokio::sync::Notify::new());
+    let (count, blocks) = (started.clone(), blocking.clone());
+    // Real time is under test: the block outlasts the grace, the stop
+    // grace and shutdown's bound for settlements (0.2 + 0.5 + 2 s).
+    let block_for = Duration::from_secs(6);
+    let worker = Worker::builder(store.clone())
+        .concurrency(64)
+        .shutdown_grace(Duration::from_millis(200))
+        .task_with("step", HandlerOptions::new().quick(), move |_ctx, p: serde_json::Value| {
+            let (count, blocks) = (count.clone(), blocks.clone());
+            async move {
+                match p["mode"].as_str() {
+                    Some("block") => {
+                        blocks.notify_one();
+                        std::thread::sleep(block_for);
+                    }
+                    Some("after") => {
+                        count.fetch_add(1, Ordering::SeqCst);
+                    }
+                    _ => {}
+                }
+                Ok(p["i"].clone())
+            }
+        })
+        .build()
+        .expect("worker");
+    let handle = worker.handle();
+    let run = tokio::spawn(worker.run());
+    // Shown quick until its calls run in groups.
+    let mut settled = 0;
+    let mut tries = 0;
+    while handle.calls_run_in_groups() == 0 {
+        tries += 1;
+        assert!(tries <= 5, "no quick call ran in a group");
+        settled += 100;
+        run_through(&store, &handle, tasks("step", "ok", 0..100), settled).await;
+    }
+    // One claim: the blocking call first (by priority), so the calls
+    // started with it in its group come after it.
+    let blocked = NewTask::new("step", json!({ "mode": "block", "i": -1 })).priority(10).max_attempts(1);
+    let mut batch = vec![blocked];
+    batch.extend(tasks("step", "after", 0..40));
+    let ids = store.submit_batch(batch).await.expect("submit");
+    tokio::time::timeout(Duration::from_secs(10), blocking.notified())
+        .await
+        .expect("the blocking call started");
+    handle.shutdown();
+    tokio::time::timeout(Duration::from_secs(30), run).await.expect("shutdown ends").expect("worker ends");
+    let ran_at_shutdown = started.load(Ordering::SeqCst);
+    let mut given_back = Vec::new();
+    for id in &ids[1..] {
+        let t = store.fetch(id).await.expect("fetch");
+        match t.status {
+            TaskStatus::Succeeded => {}
+            TaskStatus::Queued => {
+                assert_eq!(t.attempt, 0, "given back with its attempt unspent");
+                given_back.push(id.clone());
+            }
+            other => panic!("task {id} is {other:?}"),
+        }
+    }
+    assert!(!given_back.is_empty(), "no call waited behind the blocking one in its group");
+    assert_eq!(ran_at_shutdown, 40 - given_back.len(), "every call not given back ran, and only those");
+    // Once the blocking call returns, its group's runner goes on: the
+    // calls given back must not run.
+    tokio::time::sleep(block_for).await;
+    assert_eq!(started.load(Ordering::SeqCst), ran_at_shutdown, "a call given back ran after all");
+    for id in &given_back {
+        assert_eq!(store.fetch(id).await.expect("fetch").status, TaskStatus::Queued, "still queued: {id}");
+    }
+    schema.drop().await;
+}
