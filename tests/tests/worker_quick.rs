@@ -119,24 +119,17 @@ async fn a_quick_handlers_calls_run_in_groups_and_those_that_await_or_panic_stil
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn handlers_not_declared_quick_never_run_in_groups() {
+async fn a_handler_not_declared_quick_never_runs_in_groups() {
     let schema = TestSchema::new().await;
     let store: S = Arc::new(pool_store(&schema).await);
     let worker = Worker::builder(store.clone())
         .concurrency(64)
         .task("plain", |_ctx, p: serde_json::Value| async move { Ok(p["i"].clone()) })
-        // Declared quick, but a blocking handler's calls await their thread
-        // (the builder drops the declaration, and its first polls would
-        // keep it out of groups anyway).
-        .blocking_task_with("blocking", HandlerOptions::new().quick(), |_ctx, p: serde_json::Value| {
-            Ok(p["i"].clone())
-        })
         .build()
         .expect("worker");
     let handle = worker.handle();
     let run = tokio::spawn(worker.run());
-    run_through(&store, &handle, tasks("plain", "ok", 0..200), 200).await;
-    run_through(&store, &handle, tasks("blocking", "ok", 0..200), 400).await;
+    run_through(&store, &handle, tasks("plain", "ok", 0..300), 300).await;
     assert_eq!(handle.calls_run_in_groups(), 0);
     handle.shutdown();
     run.await.expect("worker ends");
@@ -150,6 +143,22 @@ async fn handlers_not_declared_quick_never_run_in_groups() {
 async fn calls_behind_a_blocked_call_in_a_group_are_given_back_at_shutdown_and_never_run() {
     let schema = TestSchema::new().await;
     let store: S = Arc::new(pool_store(&schema).await);
+    // Each try is a worker of its own (shutdown ends it). A try may miss
+    // the case: on a busy machine two slow polls can send the handler back
+    // to a runner per call before the batch starts, and a claim answers in
+    // no set order, so the blocking call may come last in its group.
+    for _ in 0..3 {
+        if blocked_group_at_shutdown(&store).await {
+            schema.drop().await;
+            return;
+        }
+    }
+    panic!("in three tries, no call waited behind the blocking one in its group");
+}
+
+/// One try of the test above: answers whether calls waited behind the
+/// blocking one; what it promises is checked either way.
+async fn blocked_group_at_shutdown(store: &S) -> bool {
     let started = Arc::new(AtomicUsize::new(0));
     let blocking = Arc::new(tokio::sync::Notify::new());
     let (count, blocks) = (started.clone(), blocking.clone());
@@ -179,20 +188,20 @@ async fn calls_behind_a_blocked_call_in_a_group_are_given_back_at_shutdown_and_n
         .expect("worker");
     let handle = worker.handle();
     let run = tokio::spawn(worker.run());
-    // Shown quick until its calls run in groups.
+    // Shown quick: a batch whose calls ran in groups, just before.
     let mut settled = 0;
-    let mut tries = 0;
-    while handle.calls_run_in_groups() == 0 {
-        tries += 1;
-        assert!(tries <= 5, "no quick call ran in a group");
+    for _ in 0..5 {
+        let before = handle.calls_run_in_groups();
         settled += 100;
-        run_through(&store, &handle, tasks("step", "ok", 0..100), settled).await;
+        run_through(store, &handle, tasks("step", "ok", 0..100), settled).await;
+        if handle.calls_run_in_groups() > before {
+            break;
+        }
     }
-    // One claim: the blocking call first (by priority), so the calls
-    // started with it in its group come after it.
+    // One claim, by priority: the blocking call and forty others.
     let blocked = NewTask::new("step", json!({ "mode": "block", "i": -1 })).priority(10).max_attempts(1);
     let mut batch = vec![blocked];
-    batch.extend(tasks("step", "after", 0..40));
+    batch.extend(tasks("step", "after", 0..40).into_iter().map(|t| t.priority(5)));
     let ids = store.submit_batch(batch).await.expect("submit");
     tokio::time::timeout(Duration::from_secs(10), blocking.notified())
         .await
@@ -212,7 +221,6 @@ async fn calls_behind_a_blocked_call_in_a_group_are_given_back_at_shutdown_and_n
             other => panic!("task {id} is {other:?}"),
         }
     }
-    assert!(!given_back.is_empty(), "no call waited behind the blocking one in its group");
     assert_eq!(ran_at_shutdown, 40 - given_back.len(), "every call not given back ran, and only those");
     // Once the blocking call returns, its group's runner goes on: the
     // calls given back must not run.
@@ -220,6 +228,8 @@ async fn calls_behind_a_blocked_call_in_a_group_are_given_back_at_shutdown_and_n
     assert_eq!(started.load(Ordering::SeqCst), ran_at_shutdown, "a call given back ran after all");
     for id in &given_back {
         assert_eq!(store.fetch(id).await.expect("fetch").status, TaskStatus::Queued, "still queued: {id}");
+        // Out of the next try's way.
+        store.cancel(id).await.expect("cancel");
     }
-    schema.drop().await;
+    !given_back.is_empty()
 }

@@ -46,17 +46,23 @@ impl HandlerOptions {
     /// in well under 100 µs, or await, and never block their thread. The
     /// worker then runs its calls a group at a time (up to 32 on one
     /// runner, each polled once, one after another) instead of waking a
-    /// runner per call, which spares a short handler much of the worker's
-    /// cost per call (about a fifth of the worker's CPU for a no-op
-    /// handler; docs/benchmarks.md, "An eighth pass"). A call that awaits
-    /// in its first poll goes on on a runner of its own, once the rest of
-    /// its group has been polled. Once its calls are seen to await, or to
-    /// run longer than about 100 µs, the handler's calls go to a runner
-    /// each until it has shown again that they end at once.
+    /// runner per call, which spares a short handler part of the worker's
+    /// cost per call (15 to 17 % of the worker's CPU for a no-op handler;
+    /// docs/benchmarks.md, "An eighth pass"). Its calls join groups only
+    /// after sixteen in a row have ended in their first poll. A call that
+    /// awaits in its first poll goes on on a runner of its own, once the
+    /// rest of its group has been polled, and sends the handler's next
+    /// calls to a runner each until it has shown again that they end at
+    /// once; so do first polls longer than about 100 µs (one of them is
+    /// forgiven after a long run of quick ones). Calls already in a group
+    /// run there still. A worker that settles each task on its own
+    /// (`settle_batch(1, _)`) gains nothing: every call awaits its
+    /// settlement.
     ///
     /// The price, if the declaration is wrong: a call that blocks its
-    /// thread holds up the calls after it in its group (and a call before
-    /// it that awaited), and a task it woke (the settlement batcher, the
+    /// thread holds up the calls after it in its group (calls of any quick
+    /// handler started with it, and one before it that awaited), and a
+    /// task that the calls before it woke (the settlement batcher, the
     /// claim loop) can wait on that thread until it returns. Undeclared,
     /// each call has a runner of its own and a blocking call holds up no
     /// other. Defaults to off; ignored for blocking and batch handlers.

@@ -31,14 +31,15 @@
 //! runner of its own (a yield per call, measured, cost as much as a runner
 //! per call). A call of the group that does not end in that poll goes on,
 //! boxed, as a job of its own with a runner sent for it once the whole
-//! group has been polled (sent earlier, the runner would wait in the
-//! thread's next-task slot behind the rest of the group anyway). A group is
-//! at most [`GROUP_MAX`] calls. What a quick handler gives up is the
-//! isolation above: a call in a group waits for the polls before its own,
-//! and one that blocks its thread holds up the rest of its group and what
-//! the calls before it woke on that thread (the settlement batcher, the
-//! claim loop). That is why a handler must be declared quick, and the
-//! calls of one that does not end at once leave the groups.
+//! group has been polled: never just before the next call's poll, which
+//! might block the thread (the rule above). A group is at most
+//! [`GROUP_MAX`] calls, of any quick handlers started together. What a
+//! quick handler gives up is the isolation above: a call in a group waits
+//! for the polls before its own, and one that blocks its thread holds up
+//! the rest of its group and what the calls before it woke on that thread
+//! (the settlement batcher, the claim loop). That is why a handler must be
+//! declared quick, and the calls of one that does not end at once leave
+//! the groups.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -355,6 +356,10 @@ fn run_group<E: PgExecutor + 'static>(inner: &Arc<Inner<E>>, calls: Vec<Started<
             let open = open;
             run_call(&open.0.shared, &open.0.settler, call).await;
         });
+        // Counted before the poll, so that a test that sees the call's
+        // settlement sees it counted.
+        #[cfg(feature = "test-hooks")]
+        inner.shared.state.grouped_calls.fetch_add(1, Ordering::Relaxed);
         let began = Instant::now();
         // Outside tokio's budget: the group's calls share one poll of this
         // runner, and a call late in it could find the budget spent by
@@ -367,8 +372,6 @@ fn run_group<E: PgExecutor + 'static>(inner: &Arc<Inner<E>>, calls: Vec<Started<
         if let Some(pace) = pace {
             pace.first_poll(ended, began.elapsed());
         }
-        #[cfg(feature = "test-hooks")]
-        inner.shared.state.grouped_calls.fetch_add(1, Ordering::Relaxed);
         // Ended, or panicked (the worker's code): dropped, which ends it
         // in the count.
         if !ended {
