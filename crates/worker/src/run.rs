@@ -191,10 +191,17 @@ pub(crate) struct Started<E> {
 }
 
 impl<E> Started<E> {
-    /// The record of its handler's first polls, for a call of a quick
-    /// handler (others never run in a group).
-    pub(crate) fn pace(&self) -> Option<&Arc<Pace>> {
-        self.pace.as_ref()
+    /// Whether it may run in a group: a quick handler's call, the
+    /// handler's latest calls having ended at once.
+    pub(crate) fn groups(&self) -> bool {
+        self.pace.as_ref().is_some_and(|pace| pace.groups())
+    }
+
+    /// The record of its handler's first polls, taken out for its runner
+    /// to keep as the call runs (a quick handler's call; others never run
+    /// in a group).
+    pub(crate) fn take_pace(&mut self) -> Option<Arc<Pace>> {
+        self.pace.take()
     }
 }
 

@@ -150,7 +150,7 @@ impl<E: PgExecutor + 'static> Runs<E> {
         let mut jobs = Vec::with_capacity(calls.len());
         let mut group = Vec::new();
         for call in calls.drain(..) {
-            match call.pace().is_some_and(|pace| pace.groups()) {
+            match call.groups() {
                 true => group.push(call),
                 false => jobs.push(Job::One(call)),
             }
@@ -207,11 +207,7 @@ impl<E: PgExecutor + 'static> Inner<E> {
         let mut queue = self.queue();
         if queue.closed {
             drop(queue);
-            let unguarded: usize = jobs.iter().map(Job::unguarded).sum();
-            drop(jobs);
-            for _ in 0..unguarded {
-                self.call_ended();
-            }
+            self.drop_jobs(jobs);
             return;
         }
         queue.calls.extend(jobs);
@@ -253,14 +249,20 @@ impl<E> Inner<E> {
         }
         let mut runners = std::mem::take(&mut *self.runners.lock().unwrap_or_else(|p| p.into_inner()));
         runners.abort_all();
-        for job in dropped {
+        self.drop_jobs(dropped);
+        runners
+    }
+
+    /// Drops jobs never to run (out of the queue's lock), each of their
+    /// calls ended in the count.
+    fn drop_jobs(&self, jobs: Vec<Job<E>>) {
+        for job in jobs {
             let unguarded = job.unguarded();
             drop(job);
             for _ in 0..unguarded {
                 self.call_ended();
             }
         }
-        runners
     }
 
     fn call_ended(&self) {
@@ -317,8 +319,8 @@ async fn runner<E: PgExecutor + 'static>(inner: Arc<Inner<E>>) {
 }
 
 /// Runs a call to its end, and records its handler's first poll.
-async fn run_one<E: PgExecutor + 'static>(inner: &Inner<E>, call: Started<E>) {
-    let pace = call.pace().cloned();
+async fn run_one<E: PgExecutor + 'static>(inner: &Inner<E>, mut call: Started<E>) {
+    let pace = call.take_pace();
     let run = run_call(&inner.shared, &inner.settler, call);
     let Some(pace) = pace else { return run.await };
     let mut run = std::pin::pin!(run);
@@ -342,15 +344,11 @@ fn run_group<E: PgExecutor + 'static>(inner: &Arc<Inner<E>>, calls: Vec<Started<
     // Woken by nothing: a call that did not end is polled again by the
     // runner that takes it, whatever happened meanwhile.
     let mut cx = Context::from_waker(Waker::noop());
-    for call in left.calls.by_ref() {
-        if inner.stopping.load(Ordering::SeqCst) {
-            // Never run, as a queued call is dropped (see `stopping`); the
-            // rest go with `left`.
-            drop(call);
-            inner.call_ended();
-            break;
-        }
-        let pace = call.pace().cloned();
+    // Once the runners stop, the calls left are never run, as queued calls
+    // are dropped (see `stopping`): they go with `left`.
+    while !inner.stopping.load(Ordering::SeqCst) {
+        let Some(mut call) = left.calls.next() else { break };
+        let pace = call.take_pace();
         let open = Open(inner.clone());
         let mut run: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
             let open = open;
