@@ -377,8 +377,9 @@ fn run_group<E: PgExecutor + 'static>(inner: &Arc<Inner<E>>, calls: Vec<Started<
         if let Some(pace) = pace {
             pace.first_poll(ended, began.elapsed());
         }
-        // Ended, or panicked (the worker's code): dropped as the next call
-        // takes its box (or with the group), which ends it in the count.
+        // Ended, or panicked (the worker's code): its guard went as it
+        // returned or unwound, ending it in the count; the spent future's
+        // box goes to the next call.
         if ended {
             spare = Some(run);
         } else {
@@ -390,7 +391,8 @@ fn run_group<E: PgExecutor + 'static>(inner: &Arc<Inner<E>>, calls: Vec<Started<
     inner.send(waiting);
 }
 
-/// A grouped call, which ends in the count as it drops (run or not).
+/// A grouped call, which ends in the count as it returns, unwinds, or is
+/// dropped unrun.
 async fn grouped_call<E: PgExecutor + 'static>(open: Open<E>, call: Started<E>) {
     run_call(&open.0.shared, &open.0.settler, call).await;
 }
