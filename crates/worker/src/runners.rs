@@ -386,7 +386,6 @@ fn run_group<E: PgExecutor + 'static>(inner: &Arc<Inner<E>>, calls: Vec<Started<
             waiting.push(Job::Polled(run));
         }
     }
-    drop(spare);
     drop(left);
     inner.send(waiting);
 }
