@@ -141,6 +141,7 @@ catalogue! {
     Installations => "installations",
     InsertTask => "insert_task",
     InsertTaskBatch => "insert_task_batch",
+    InsertTaskBatchAlike => "insert_task_batch_alike",
     LockKey => "lock_key",
     GetKey => "get_key",
     UpsertKey => "upsert_key",

@@ -88,6 +88,7 @@ pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {
             | ClaimableProbe
             | InsertTask
             | InsertTaskBatch
+            | InsertTaskBatchAlike
             | Heartbeat
             | HeartbeatBatch
             | HeartbeatBatchSkipLocked

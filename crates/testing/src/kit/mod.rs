@@ -68,6 +68,7 @@ macro_rules! store_contract {
             release_gives_a_task_back_without_spending_its_attempt,
             snooze_requeues_later_keeping_attempt_and_error,
             submit_batch_inserts_many_in_order,
+            submit_batch_of_alike_tasks_writes_what_they_share,
             a_row_it_cannot_read_stops_nothing,
             a_column_added_by_an_operator_is_never_read,
             an_attempt_out_of_range_stops_no_claim,

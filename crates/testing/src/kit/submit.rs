@@ -230,6 +230,50 @@ pub async fn concurrent_keyed_submits_make_one_task<E: PgExecutor>(store: &Store
     assert_eq!(count_all(store).await, 1);
 }
 
+/// A batch of alike tasks (they differ in id and payload only, and the
+/// store binds what they share once): every shared option lands on every
+/// task as a single submit writes it, and tasks at the defaults are each
+/// their own root.
+pub async fn submit_batch_of_alike_tasks_writes_what_they_share<E: PgExecutor>(store: &Store<E>) {
+    let parent = store.submit(NewTask::new("parent", json!({}))).await.expect("parent");
+    let root = parent.root_id.clone().expect("a top-level task has a root");
+    let alike = |i: usize| {
+        NewTask::new("alike", json!({ "i": i }))
+            .queue("aq")
+            .priority(7)
+            .max_attempts(5)
+            .metadata(json!({ "m": 1 }))
+            .delay(Duration::from_secs(60))
+            .parent_id(&parent.id)
+            .root_id(&root)
+            .correlation_id("c")
+    };
+    let ids = store.submit_batch((0..50).map(alike)).await.expect("alike batch");
+    let single = store.submit(alike(50)).await.expect("single");
+    let shared = |t: &waymark_store::Task| {
+        (
+            (t.name.clone(), t.queue.clone(), t.status, t.metadata.clone()),
+            (t.attempt, t.max_attempts, t.priority, t.run_at_ms - t.created_at_ms),
+            (t.parent_id.clone(), t.root_id.clone(), t.correlation_id.clone()),
+        )
+    };
+    assert_eq!(shared(&single).1, (0, 5, 7, 60_000));
+    for (i, id) in ids.iter().enumerate() {
+        let t = store.fetch(id).await.expect("each task is there");
+        assert_eq!(t.payload, json!({ "i": i }), "in the order given");
+        assert_eq!(shared(&t), shared(&single), "as a single submit writes it");
+    }
+    let plain = store
+        .submit_batch((0..3).map(|i| NewTask::new("alike", json!(i)).queue("aq")))
+        .await
+        .expect("alike at the defaults");
+    for id in &plain {
+        let t = store.fetch(id).await.expect("each task is there");
+        assert_eq!((t.root_id.as_deref(), t.parent_id, t.correlation_id), (Some(id.as_str()), None, None));
+        assert_eq!((t.priority, t.max_attempts, t.metadata, t.run_at_ms), (0, 3, json!({}), t.created_at_ms));
+    }
+}
+
 /// A batched submit: one statement, the ids back in the order given, each
 /// task with every field a single submit sets (per task, optional ones
 /// too); keyed tasks are refused.
