@@ -38,6 +38,39 @@ async fn a_submit_whose_answer_was_lost_is_retried_into_the_same_task() {
     schema.drop().await;
 }
 
+/// The same for a batch, alike (one statement binding what its tasks
+/// share) and not: the resend finds its ids taken, and the store answers
+/// with the batch that is there, each task once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_answer_was_lost_is_retried_into_the_same_tasks() {
+    let schema = TestSchema::new().await;
+    let proxy = proxy_for(&schema.url).await;
+    let store = store_through(&proxy, &schema).await;
+    let batches = [
+        ("lost.alike", (0..3).map(|n| NewTask::new("lost.alike", json!({ "n": n }))).collect::<Vec<_>>()),
+        (
+            "lost.mixed",
+            (0..3).map(|n| NewTask::new("lost.mixed", json!({ "n": n })).priority(n)).collect::<Vec<_>>(),
+        ),
+    ];
+    for (cuts, (name, batch)) in (1..).zip(batches) {
+        let retries_before = store.executor().stats().retries;
+        proxy.arm("insert into cairnq_tasks");
+        let ids = store.submit_batch(batch).await.expect("the batch answers");
+        assert_eq!(proxy.cuts(), cuts, "{name}: the insert's answer was cut");
+        assert!(store.executor().stats().retries > retries_before, "{name}: the pool resent the insert");
+        let mut rows = task_rows(&schema, name).await;
+        rows.sort();
+        let mut sent = ids.clone();
+        sent.sort();
+        assert_eq!(rows, sent, "{name}: each task once, the ones returned");
+        for (n, id) in ids.iter().enumerate() {
+            assert_eq!(store.fetch(id).await.expect("fetch").payload, json!({ "n": n }), "{name}: in order");
+        }
+    }
+    schema.drop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyed_submit_whose_commit_answer_was_lost_resubmits_into_the_same_task() {
     let schema = TestSchema::new().await;

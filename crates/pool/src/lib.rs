@@ -29,9 +29,9 @@
 //! - **Retries** with jittered exponential backoff, only where safe: a
 //!   connection failure before anything was sent (connect, `BEGIN`) always; a
 //!   failure after sending, or 40001/40P01/55P03, only for statements the
-//!   store marks repeatable (reads, heartbeats, progress, and `insert_task`,
-//!   whose client-made id turns a duplicate into the same task). Statements
-//!   inside a transaction are never retried.
+//!   store marks repeatable (reads, heartbeats, progress, `insert_task` and
+//!   the batched inserts, whose client-made ids turn a duplicate into the
+//!   same tasks). Statements inside a transaction are never retried.
 //! - **Errors by class.** SQLSTATE 08*, 57P01-57P03 and I/O failures are
 //!   `Connection` (the connection is dropped, never reused); 53300 and "too
 //!   many clients" are `Capacity` (never open the breaker); the rest surface

@@ -13,7 +13,7 @@ use crate::value::{Row, Value};
 
 /// One statement's SQL for one combination of optional filters.
 #[derive(Debug)]
-struct Prepared {
+pub(crate) struct Prepared {
     rewritten: Rewritten,
     types: Vec<ParamType>,
 }
@@ -29,6 +29,16 @@ pub(crate) async fn run<S>(session: &mut S, stmt: Statement, binds: Binds) -> Re
 where
     S: PgSession + ?Sized,
 {
+    let (prepared, params) = bound(stmt, binds)?;
+    let (lane, repeatable) = intent(stmt);
+    let sql = Sql { text: prepared.rewritten.sql(), types: &prepared.types, lane, repeatable };
+    Ok(session.query(sql, &params).await?)
+}
+
+/// `stmt` rewritten for `binds`, and their values in its `$n` order. Each
+/// bind is checked against the statement's header (its name, its type),
+/// and every name the SQL uses must be bound, each bind used.
+pub(crate) fn bound(stmt: Statement, binds: Binds) -> Result<(Arc<Prepared>, Vec<Value>)> {
     let prepared = prepared(stmt, &binds)?;
     let names: Vec<&str> = binds.iter().map(|(n, _)| *n).collect();
     let order = prepared
@@ -37,9 +47,7 @@ where
         .map_err(|e| Error::invalid(format!("binding {}: {e}", stmt.name())))?;
     let mut slots: Vec<Option<Value>> = binds.into_iter().map(|(_, v)| Some(v)).collect();
     let params: Vec<Value> = order.iter().map(|&i| slots[i].take().unwrap_or(Value::Null)).collect();
-    let (lane, repeatable) = intent(stmt);
-    let sql = Sql { text: prepared.rewritten.sql(), types: &prepared.types, lane, repeatable };
-    Ok(session.query(sql, &params).await?)
+    Ok((prepared, params))
 }
 
 /// Runs a statement that returns at most one row.
@@ -55,8 +63,9 @@ where
 ///
 /// Reads, heartbeats and progress change nothing on a second run (or only
 /// extend a lease again). `insert_task` is repeatable because the task id is
-/// made by the client: a second insert of a committed task fails on the
-/// primary key and the store answers with the row already there. Everything
+/// made by the client, and so are the batched inserts: a second insert of
+/// a committed task fails on the primary key and the store answers with
+/// the row (or the batch's ids) already there. Everything
 /// else would answer wrongly on a second run (a settlement would report a
 /// lost lease, a cancel "nothing to cancel"), so it is never resent.
 pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {

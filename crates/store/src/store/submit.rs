@@ -53,7 +53,7 @@ impl<E: PgExecutor> Store<E> {
     /// spends most of its client time on copies). When the tasks differ in
     /// their payloads only (one name, queue, metadata and the same options),
     /// what they share is sent once rather than once per task, which the
-    /// server inserts about a tenth faster.
+    /// server inserts faster (`docs/benchmarks.md`, the tenth pass).
     pub async fn submit_batch(&self, tasks: impl IntoIterator<Item = NewTask>) -> Result<Vec<String>> {
         let (batch, scope) = self.observed_batch(tasks);
         let out = async {
@@ -239,7 +239,8 @@ impl Batch {
         fn same<T: PartialEq>(column: &[T]) -> bool {
             column.iter().all(|v| *v == column[0])
         }
-        same(&self.names)
+        !self.ids.is_empty()
+            && same(&self.names)
             && same(&self.queues)
             && same(&self.max_attempts)
             && same(&self.priorities)
@@ -251,8 +252,7 @@ impl Batch {
     }
 
     /// The statement for this batch and its binds: the shared columns once
-    /// when the tasks are alike, else one array per column. (Not empty:
-    /// the callers return before an empty batch.)
+    /// when the tasks are alike, else one array per column.
     fn binds(self) -> (Statement, Binds) {
         if self.alike() {
             fn first<T>(column: Vec<T>) -> T {
@@ -346,8 +346,13 @@ mod tests {
 
     use super::*;
 
+    /// The statement a batch of `tasks` goes as; its binds fit the
+    /// statement's header, each bound and used once.
     fn statement(tasks: Vec<NewTask>) -> Statement {
-        Batch::new(tasks).expect("a valid batch").binds().0
+        let (statement, binds) = Batch::new(tasks).expect("a valid batch").binds();
+        let (_, params) = crate::statements::bound(statement, binds).expect("the binds fit the statement");
+        assert_eq!(params.len(), 11, "{}", statement.name());
+        statement
     }
 
     #[test]
