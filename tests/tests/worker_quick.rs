@@ -233,3 +233,90 @@ async fn blocked_group_at_shutdown(store: &S) -> bool {
     }
     !given_back.is_empty()
 }
+
+/// A panic in the worker's own code past a handler's guard (the test hook
+/// makes the next calls panic right after their handlers return) ends
+/// that call only, whether it ran on a runner of its own or in a group:
+/// the runners go on, the call leaves the running count (so its lease is
+/// no longer renewed), its task comes back once its lease runs out and
+/// runs again, and shutdown does not wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_past_the_handler_ends_its_call_only_and_its_task_comes_back() {
+    let schema = TestSchema::new().await;
+    let store: S = Arc::new(pool_store(&schema).await);
+    let worker = Worker::builder(store.clone())
+        .concurrency(64)
+        .poll_interval(Duration::from_millis(100))
+        .task_with("step", HandlerOptions::new().quick(), |_ctx, p: serde_json::Value| async move {
+            Ok(p["i"].clone())
+        })
+        .task("plain", |_ctx, p: serde_json::Value| async move { Ok(p["i"].clone()) })
+        .build()
+        .expect("worker");
+    let handle = worker.handle();
+    let run = tokio::spawn(worker.run());
+    let mut settled = 0;
+
+    // On runners of their own (a handler not declared quick), then in a
+    // group (after quick calls that let the handler show it ends at once;
+    // five tries, as `in_a_group`).
+    let mut grouped = false;
+    for (name, tries) in [("plain", 1), ("step", 5)] {
+        for _ in 0..tries {
+            if name == "step" {
+                settled += 100;
+                run_through(&store, &handle, tasks("step", "ok", 0..100), settled).await;
+            }
+            let before = handle.calls_run_in_groups();
+            handle.panic_past_handlers(2);
+            settled += 38;
+            // Attempts to spare: the lease's run-out requeues the task.
+            let batch = tasks(name, "ok", 0..40).into_iter().map(|t| t.max_attempts(3)).collect();
+            let ids = run_through(&store, &handle, batch, settled).await;
+            grouped = handle.calls_run_in_groups() > before;
+            waymark_tests::eventually(
+                Duration::from_secs(30),
+                "the panicked calls leave the running count",
+                || {
+                    let running = handle.running();
+                    async move { running == 0 }
+                },
+            )
+            .await;
+            let mut stuck = Vec::new();
+            for id in &ids {
+                let t = store.fetch(id).await.expect("fetch");
+                match t.status {
+                    TaskStatus::Succeeded => {}
+                    TaskStatus::Running => stuck.push(id.clone()),
+                    other => panic!("{name} task {id} is {other:?}"),
+                }
+            }
+            assert_eq!(stuck.len(), 2, "{name}: the two calls that panicked settled nothing");
+
+            // Their leases run out (written to the rows, as time would):
+            // the worker's next probe recovers them and runs them again.
+            let admin = waymark_tests::db::admin_client(&schema.url).await;
+            let sql = format!(
+                "update \"{}\".cairnq_tasks set lease_until_ms = 1 where id = any($1)",
+                schema.schema
+            );
+            admin.execute(&sql, &[&stuck]).await.expect("leases out");
+            settled += 2;
+            tokio::time::timeout(Duration::from_secs(60), handle.until_settled(settled))
+                .await
+                .expect("the tasks of the panicked calls ran again");
+            for id in &stuck {
+                let t = store.fetch(id).await.expect("fetch");
+                assert_eq!((t.status, t.attempt), (TaskStatus::Succeeded, 2), "{name} task {id} ran again");
+            }
+            if name == "plain" || grouped {
+                break;
+            }
+        }
+    }
+    assert!(grouped, "in five tries, no call that panicked past its handler ran in a group");
+    handle.shutdown();
+    tokio::time::timeout(Duration::from_secs(30), run).await.expect("shutdown ends").expect("worker ends");
+    schema.drop().await;
+}

@@ -234,6 +234,15 @@ pub(crate) async fn run_call<E: PgExecutor + 'static>(
                 CallHandler::One(handler) => {
                     let (task, run) = (&tasks[0], &running[0]);
                     let outcome = run_handler(shared, handler, task, run).await;
+                    #[cfg(feature = "test-hooks")]
+                    if shared
+                        .state
+                        .panics_past_handlers
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok()
+                    {
+                        panic!("test hook: a panic in the worker's own code, past the handler");
+                    }
                     slot.handler_ended();
                     if settler.is_batched() {
                         // Handed off below, with the slot.

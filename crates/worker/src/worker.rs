@@ -77,6 +77,10 @@ pub(crate) struct State {
     /// Calls polled in a group (see `runners`), for tests.
     #[cfg(feature = "test-hooks")]
     pub(crate) grouped_calls: std::sync::atomic::AtomicU64,
+    /// One-task calls still to panic in the worker's own code once their
+    /// handlers return (see [`WorkerHandle::panic_past_handlers`]).
+    #[cfg(feature = "test-hooks")]
+    pub(crate) panics_past_handlers: AtomicUsize,
     pub(crate) settled: Arc<SettledCount>,
     pub(crate) events: Events,
 }
@@ -203,6 +207,8 @@ pub struct WorkerHandle {
     paused: Arc<dyn Fn(bool) + Send + Sync>,
     #[cfg(feature = "test-hooks")]
     grouped: Arc<dyn Fn() -> u64 + Send + Sync>,
+    #[cfg(feature = "test-hooks")]
+    panics: Arc<dyn Fn(usize) + Send + Sync>,
     running: Arc<dyn Fn() -> usize + Send + Sync>,
     settled: Arc<SettledCount>,
     events: Events,
@@ -244,6 +250,15 @@ impl WorkerHandle {
     #[cfg(feature = "test-hooks")]
     pub fn calls_run_in_groups(&self) -> u64 {
         (self.grouped)()
+    }
+
+    /// Test hook (feature `test-hooks`): the next `calls` one-task calls
+    /// panic in the worker's own code right after their handlers return,
+    /// past the handlers' guard, as a bug of the worker's would: a test
+    /// sees what such a panic ends.
+    #[cfg(feature = "test-hooks")]
+    pub fn panic_past_handlers(&self, calls: usize) {
+        (self.panics)(calls)
     }
 
     /// Runs in flight: claimed tasks whose handlers have not ended. (At
@@ -310,6 +325,8 @@ impl<E: PgExecutor + 'static> Worker<E> {
         let s1 = self.shared.clone();
         #[cfg(feature = "test-hooks")]
         let s3 = self.shared.clone();
+        #[cfg(feature = "test-hooks")]
+        let s4 = self.shared.clone();
         WorkerHandle {
             stop: self.shared.state.stop.clone(),
             stop_now: self.shared.state.stop_now.clone(),
@@ -317,6 +334,8 @@ impl<E: PgExecutor + 'static> Worker<E> {
             paused: Arc::new(move |p| s1.state.heartbeats_paused.store(p, Ordering::SeqCst)),
             #[cfg(feature = "test-hooks")]
             grouped: Arc::new(move || s3.state.grouped_calls.load(Ordering::Relaxed)),
+            #[cfg(feature = "test-hooks")]
+            panics: Arc::new(move |n| s4.state.panics_past_handlers.store(n, Ordering::SeqCst)),
             running: Arc::new(move || s2.running_count()),
             settled: self.shared.state.settled.clone(),
             events: self.shared.state.events.clone(),
