@@ -33,7 +33,10 @@ impl RetryBackoff {
         if w <= 1 {
             return Duration::from_millis(w);
         }
-        Duration::from_millis(rand::thread_rng().gen_range(w / 2..w))
+        // The first whole millisecond at or past w/2: for an odd window,
+        // w/2 rounded down would lie half a millisecond below it.
+        let low = w - w / 2;
+        Duration::from_millis(rand::thread_rng().gen_range(low..w))
     }
 
     fn window_ms(&self, attempt: i32) -> u64 {
@@ -60,6 +63,15 @@ mod tests {
         assert_eq!(b.window(6), S(30));
         assert_eq!(b.window(0), S(1));
         assert_eq!(b.window(i32::MAX), S(30));
+    }
+
+    #[test]
+    fn an_odd_window_never_draws_below_its_half() {
+        // A window of 3 ms: [1.5, 3) holds only 2 ms in whole milliseconds.
+        let b = RetryBackoff { base: Duration::from_millis(3), max: Duration::from_millis(3) };
+        for _ in 0..200 {
+            assert_eq!(b.delay(1), Duration::from_millis(2));
+        }
     }
 
     proptest! {
