@@ -26,6 +26,8 @@ struct Shared {
     counted: Mutex<Option<Vec<u8>>>,
     count: AtomicUsize,
     refused: AtomicUsize,
+    /// Connections piped now, both ways.
+    open: tokio::sync::watch::Sender<usize>,
 }
 
 /// A running proxy; dropping it stops accepting (open connections end when
@@ -50,6 +52,7 @@ impl AnswerCuttingProxy {
             counted: Mutex::default(),
             count: AtomicUsize::new(0),
             refused: AtomicUsize::new(0),
+            open: tokio::sync::watch::channel(0).0,
         });
         let s = shared.clone();
         let accept = tokio::spawn(async move {
@@ -61,13 +64,16 @@ impl AnswerCuttingProxy {
                 }
                 let Ok(server) = TcpStream::connect(&upstream).await else { continue };
                 s.connections.fetch_add(1, Ordering::SeqCst);
+                s.open.send_modify(|n| *n += 1);
                 let mut down = s.down.subscribe();
                 let piped = pipe(client, server, s.clone());
+                let shared = s.clone();
                 tokio::spawn(async move {
                     tokio::select! {
                         _ = piped => {}
                         _ = down.wait_for(|down| *down) => {}
                     }
+                    shared.open.send_modify(|n| *n -= 1);
                 });
             }
         });
@@ -88,6 +94,15 @@ impl AnswerCuttingProxy {
     /// ones are closed at once) or brings it back.
     pub fn set_down(&self, down: bool) {
         self.shared.down.send_replace(down);
+    }
+
+    /// Takes the server away, as `set_down(true)`, and returns once every
+    /// open connection is cut both ways: no client message sent after
+    /// this reaches the server.
+    pub async fn take_down(&self) {
+        self.set_down(true);
+        let mut open = self.shared.open.subscribe();
+        let _ = open.wait_for(|n| *n == 0).await;
     }
 
     /// Counts from now on the client messages that contain `marker`.
@@ -130,7 +145,10 @@ async fn pipe(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
 
     let flag = cutting.clone();
     let s = shared.clone();
-    let upstream = tokio::spawn(async move {
+    // Aborted as this pipe ends or is dropped (the server taken away): a
+    // client message must not go on reaching the server once its answers
+    // no longer come back.
+    let _upstream = AbortOnDrop(tokio::spawn(async move {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             let n = match client_rx.read(&mut buf).await {
@@ -155,7 +173,7 @@ async fn pipe(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
                 return;
             }
         }
-    });
+    }));
 
     // Server to client, frame by frame: type byte, then a length that
     // counts itself.
@@ -194,7 +212,15 @@ async fn pipe(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
             pending.drain(..forward_until);
         }
     }
-    upstream.abort();
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// `url` with its host and port replaced by the proxy's, TLS off (the

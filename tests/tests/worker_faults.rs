@@ -487,7 +487,10 @@ async fn a_failed_claim_is_tried_again_soon_not_at_the_next_poll() {
     eventually(Duration::from_secs(10), "the worker listening", || async { store.is_watching() }).await;
     let warm = direct.submit(NewTask::new("x", json!({})).queue(queue)).await.expect("submit").id;
     until_each(&direct, &[warm.as_str()], "a first task run", |(st, _)| st == TaskStatus::Succeeded).await;
-    proxy.set_down(true);
+    // Every pooled connection cut before the task exists: a claim that
+    // reached the server while it was "away" would hold the task, its
+    // answer lost, until its lease ran out.
+    proxy.take_down().await;
     let id = direct.submit(NewTask::new("x", json!({})).queue(queue)).await.expect("submit").id;
     // Up again only once a claim has failed in the worker (the pool's own
     // wait for a connection would otherwise outlast a short outage, and the
