@@ -688,6 +688,11 @@ async fn a_builder_refuses_settings_it_cannot_run() {
     let year = Duration::from_secs(400 * 24 * 3600);
     refused(Worker::builder(store.clone()).lease(Duration::from_millis(5)), "lease must be at least 10 ms");
     refused(Worker::builder(store.clone()).lease(year), "lease must be at most");
+    refused(Worker::builder(store.clone()).statement_concurrency(0), "statement_concurrency must be 1 to");
+    refused(
+        Worker::builder(store.clone()).statement_concurrency(usize::MAX),
+        "statement_concurrency must be 1 to",
+    );
     refused(Worker::builder(store.clone()).retry_backoff(Duration::from_secs(1), year), "retry backoff max");
     refused(
         Worker::builder(store.clone())

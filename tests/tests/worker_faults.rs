@@ -2,8 +2,9 @@
 //! gives back what it says it gives back, in bounded time, also past a
 //! handler stuck in blocking code or a release that fails at first; a claim
 //! task that panics frees its slots; a re-claim of a task still winding
-//! down counts against the concurrency; and a `complete_in` whose COMMIT
-//! the server refused records that error.
+//! down counts against the concurrency; a `complete_in` whose COMMIT
+//! the server refused records that error; and a settlement flush stuck on
+//! a row lock does not hold the worker's claims back.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -542,5 +543,155 @@ async fn stop_now_drops_a_handler_deaf_to_its_token_and_gives_its_task_back() {
     let took = stopping.elapsed();
     assert!(took < Duration::from_secs(3), "stop_now took {took:?}");
     assert_given_back(&store.fetch(&task.id).await.expect("fetch"));
+    schema.drop().await;
+}
+
+/// Claims and settlement flushes share the worker's statement budget; a
+/// flush that waits on a row lock gives its place up after a second, so a
+/// worker with one place still claims and runs new work while the flush
+/// waits (here, for as long as the test holds the lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_waiting_on_a_row_lock_does_not_stop_the_claims() {
+    use tokio::sync::{mpsc, Notify};
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let (started, mut starts) = mpsc::unbounded_channel::<String>();
+    let go = Arc::new(Notify::new());
+    let worker = Worker::builder(store.clone())
+        .queues(["budget"])
+        .statement_concurrency(1)
+        .poll_interval(Duration::from_millis(100))
+        .task("held", {
+            let (started, go) = (started.clone(), go.clone());
+            move |ctx, _p: serde_json::Value| {
+                let (started, go) = (started.clone(), go.clone());
+                async move {
+                    let _ = started.send(ctx.task().id.clone());
+                    go.notified().await;
+                    Ok(())
+                }
+            }
+        })
+        .task("next", move |ctx, _p: serde_json::Value| {
+            let started = started.clone();
+            async move {
+                let _ = started.send(ctx.task().id.clone());
+                Ok(())
+            }
+        })
+        .build()
+        .expect("worker");
+    let handle = worker.handle();
+    let run = tokio::spawn(worker.run());
+
+    let held = store.submit(NewTask::new("held", json!({})).queue("budget")).await.expect("submit").id;
+    let first = tokio::time::timeout(Duration::from_secs(10), starts.recv()).await.expect("held starts");
+    assert_eq!(first.as_deref(), Some(held.as_str()));
+    // Lock the claimed row, then let its handler end: its settlement's
+    // flush takes the worker's one place and waits on the lock.
+    let locker = raw_client(&schema.url).await;
+    locker.batch_execute(&format!("set search_path to \"{}\"; begin", schema.schema)).await.expect("begin");
+    locker
+        .execute("select 1 from cairnq_tasks where id = $1 for update", &[&held])
+        .await
+        .expect("lock the row");
+    go.notify_one();
+    let pid: i32 = locker.query_one("select pg_backend_pid()", &[]).await.expect("pid").get(0);
+    let watcher = raw_client(&schema.url).await;
+    eventually(Duration::from_secs(10), "the flush to wait on the lock", || {
+        let watcher = &watcher;
+        async move {
+            let sql = "select count(*) from pg_stat_activity where $1 = any(pg_blocking_pids(pid))";
+            let blocked: i64 = watcher.query_one(sql, &[&pid]).await.expect("pg_stat_activity").get(0);
+            blocked > 0
+        }
+    })
+    .await;
+
+    let next = store.submit(NewTask::new("next", json!({})).queue("budget")).await.expect("submit").id;
+    let second = tokio::time::timeout(Duration::from_secs(8), starts.recv())
+        .await
+        .expect("the next task starts while the flush still waits on the lock");
+    assert_eq!(second.as_deref(), Some(next.as_str()));
+    assert_eq!(status_of(&store, &held).await, (TaskStatus::Running, 1), "the lock still holds the flush");
+
+    locker.batch_execute("rollback").await.expect("release the lock");
+    until_each(&store, &[held.as_str(), next.as_str()], "both settled", |st| {
+        st == (TaskStatus::Succeeded, 1)
+    })
+    .await;
+    handle.shutdown();
+    run.await.expect("worker ends");
+    schema.drop().await;
+}
+
+async fn raw_client(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect");
+    tokio::spawn(conn);
+    client
+}
+
+/// A worker with one place in its statement budget never has two of its
+/// claims and settlement flushes under way at once, through a whole drain
+/// where both run all the time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_and_flushes_keep_within_the_statement_budget() {
+    use waymark_tests::fault_executor::{sql_of, tapped, Tap};
+    let schema = TestSchema::new().await;
+    let plain = pool_store(&schema).await;
+    let ids: Vec<String> = plain
+        .submit_batch((0..2000).map(|i| NewTask::new("n", json!({ "i": i })).queue("budget")))
+        .await
+        .expect("submit");
+    let kinds = [
+        (Statement::Claim, 0),
+        (Statement::ClaimOneName, 0),
+        (Statement::ClaimOneQueue, 0),
+        (Statement::ClaimOneQueueOneName, 0),
+        (Statement::CompleteBatch, 1),
+    ];
+    let watched: Vec<(String, usize)> = kinds
+        .iter()
+        .flat_map(|&(s, kind)| [sql_of(s, &[]), sql_of(s, &["attempts"])].map(|sql| (sql, kind)))
+        .collect();
+    // Under way now, the most at once, and how many of each kind began.
+    let counts =
+        Arc::new([AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let c = counts.clone();
+    let store = Arc::new(tapped(&plain, move |text, at, _run| {
+        let (_, kind) = watched.iter().find(|(sql, _)| sql == text)?;
+        match at {
+            Tap::Before => {
+                let now = c[0].fetch_add(1, Ordering::SeqCst) + 1;
+                c[1].fetch_max(now, Ordering::SeqCst);
+                c[2 + kind].fetch_add(1, Ordering::SeqCst);
+            }
+            Tap::After => {
+                c[0].fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        None
+    }));
+    let worker = Worker::builder(store.clone())
+        .queues(["budget"])
+        .concurrency(64)
+        .settle_batch(32, Duration::from_millis(2))
+        .statement_concurrency(1)
+        .task("n", |_ctx, _p: serde_json::Value| async move { Ok(()) })
+        .build()
+        .expect("worker");
+    let handle = worker.handle();
+    let run = tokio::spawn(worker.run());
+    tokio::time::timeout(Duration::from_secs(60), handle.until_settled(ids.len() as u64))
+        .await
+        .expect("the drain ends");
+    handle.shutdown();
+    run.await.expect("worker ends");
+    let succeeded = plain.fetch(&ids[ids.len() - 1]).await.expect("fetch").status;
+    assert_eq!(succeeded, TaskStatus::Succeeded);
+    let (claims, flushes) = (counts[2].load(Ordering::SeqCst), counts[3].load(Ordering::SeqCst));
+    // Both kinds ran many times over: there was every chance to overlap.
+    assert!(claims >= 2 && flushes >= 10, "claims {claims}, flushes {flushes}");
+    assert_eq!(counts[1].load(Ordering::SeqCst), 1, "statements under way at once");
     schema.drop().await;
 }

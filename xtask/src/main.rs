@@ -34,11 +34,17 @@ commands:
           bench baseline), crates layered as docs/architecture.md lists
   demo    find or start PostgreSQL, migrate, submit a few thousand tasks and
           process them with visible progress
-  bench [all|enqueue|drain|latency|mixed|binding|explain]
-          all (default): enqueue, drain, latency and mixed scenarios, waymark
-          beside a raw-SQL baseline in the same run (built in release mode);
+  bench [SCENARIO] [--peers] [--rounds N]
+          all (default): every scenario (enqueue, drain, latency, mixed, sweep,
+          otel, limits, spread, backlog; or name one), waymark beside a
+          raw-SQL baseline in the same run (built in release mode); --peers
+          adds graphile_worker and apalis-postgres to enqueue, drain, latency;
+          soak: a steady load for 15 minutes; server: where the server's
+          time per task goes; dashboard: the dashboard's pages under load;
           binding: protocol statements bound with query_typed against
           prepared once per connection, side by side;
+          budget: the drain at each worker statement budget beside the
+          baseline at two and three connections;
           explain: EXPLAIN ANALYZE of the probe, the claim and the batched
           writes on a 100,000-task backlog with stale statistics";
 

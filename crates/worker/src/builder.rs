@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use waymark_store::{ClaimRequest, Error, FleetLimit, PgExecutor, RetryBackoff, Store, TaskDef};
 
+use crate::budget::StatementBudget;
 use crate::context::TaskContext;
 use crate::error::TaskError;
 use crate::handler::{BatchItem, Blocking, Kind, Registration, Typed, TypedBatch};
@@ -36,6 +37,7 @@ pub struct WorkerBuilder<E> {
     backoff: RetryBackoff,
     settle_batch: usize,
     settle_window: Duration,
+    statement_concurrency: usize,
     worker_id: Option<String>,
     on_error: ErrorHook,
     resources: HashMap<String, usize>,
@@ -67,6 +69,7 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
             backoff: RetryBackoff::default(),
             settle_batch: 64,
             settle_window: Duration::from_millis(2),
+            statement_concurrency: 2,
             worker_id: None,
             on_error: Arc::new(
                 |e: &WorkerError| tracing::warn!(during = %e.during, error = %e.error, "waymark worker"),
@@ -148,6 +151,22 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
     pub fn settle_batch(mut self, max: usize, window: Duration) -> Self {
         self.settle_batch = max;
         self.settle_window = window;
+        self
+    }
+
+    /// How many claim and settlement statements the worker runs at once,
+    /// together. Defaults to 2. Each writes many rows of the task table
+    /// near the same index pages, and past what the server's cores run in
+    /// parallel more of them at once wait on each other's buffer locks
+    /// instead of working: on a two-core server, 2 drained about a fifth
+    /// faster than the three to six a worker ran before there was a budget
+    /// (docs/benchmarks.md). Raise it for a server of many cores that this
+    /// worker has to itself, or when round trips are long. Heartbeats,
+    /// give-backs, and settlements that skip the batcher (batching off, a
+    /// handler's own `complete` or `complete_in`) run outside it; a claim
+    /// or flush that has held its place for a second gives it up.
+    pub fn statement_concurrency(mut self, n: usize) -> Self {
+        self.statement_concurrency = n;
         self
     }
 
@@ -284,6 +303,13 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
         if self.concurrency == 0 {
             return bad("concurrency must be at least 1".to_owned());
         }
+        if !(1..=StatementBudget::MAX_PLACES).contains(&self.statement_concurrency) {
+            return bad(format!(
+                "statement_concurrency must be 1 to {}, got {}",
+                StatementBudget::MAX_PLACES,
+                self.statement_concurrency
+            ));
+        }
         if self.queues.is_empty() || self.queues.iter().any(|q| q.is_empty()) {
             return bad("queues must name at least one queue, none of them empty".to_owned());
         }
@@ -336,6 +362,7 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
             backoff: self.backoff,
             settle_batch: self.settle_batch,
             settle_window: self.settle_window,
+            statement_concurrency: self.statement_concurrency,
             worker_id: worker_id.into(),
         };
         let request = ClaimRequest::new(settings.worker_id.to_string(), settings.queues.iter().cloned())
@@ -351,6 +378,7 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
                 handlers: self.handlers.into_iter().collect(),
                 planner,
                 on_error: self.on_error,
+                statements: Arc::new(StatementBudget::new(settings.statement_concurrency)),
                 settings,
                 state: State::default(),
             }),

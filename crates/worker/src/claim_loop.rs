@@ -386,9 +386,9 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         }
         self.reserved += free;
         self.reserved_slots += plain;
-        let handle = self
-            .claims
-            .spawn(async move { shared.planner.draw(&shared.store, plain, free - plain, probe).await });
+        let handle = self.claims.spawn(async move {
+            shared.statements.run(shared.planner.draw(&shared.store, plain, free - plain, probe)).await
+        });
         self.asked.insert(handle.id(), Asked { calls: free, for_slots: plain, probe, wakeups: self.wakeups });
     }
 

@@ -106,6 +106,7 @@
 //! skips the grace; [`Worker::serve`] maps SIGINT and SIGTERM to shutdown
 //! and a second signal to `stop_now`.
 
+mod budget;
 mod builder;
 mod claim_loop;
 mod context;

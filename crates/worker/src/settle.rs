@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use waymark_store::{ExecError, PgExecutor, Result, Settled, Settlement, Store};
 
+use crate::budget::StatementBudget;
 use crate::run::{handed_answer, Ended, Handoff};
 
 /// What a flush leaves to do after its answers: a handed-off settlement's
@@ -82,13 +83,19 @@ impl<E> std::fmt::Debug for Settler<E> {
 
 impl<E: PgExecutor + 'static> Settler<E> {
     /// With `max_batch` <= 1 every settlement is its own statement.
-    pub(crate) fn start(store: Arc<Store<E>>, max_batch: usize, window: Duration) -> (Self, Option<Batcher>) {
+    pub(crate) fn start(
+        store: Arc<Store<E>>,
+        statements: Arc<StatementBudget>,
+        max_batch: usize,
+        window: Duration,
+    ) -> (Self, Option<Batcher>) {
         if max_batch <= 1 {
             return (Settler { tx: None }, None);
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let (close, closing) = watch::channel(false);
-        let task = tokio::spawn(batch_loop(store, rx, tx.downgrade(), closing, max_batch, window));
+        let task =
+            tokio::spawn(batch_loop(store, statements, rx, tx.downgrade(), closing, max_batch, window));
         (Settler { tx: Some(tx) }, Some(Batcher { task, close }))
     }
 
@@ -165,6 +172,7 @@ const HOLD_MAX: Duration = Duration::from_millis(50);
 
 async fn batch_loop<E: PgExecutor + 'static>(
     store: Arc<Store<E>>,
+    statements: Arc<StatementBudget>,
     mut rx: mpsc::UnboundedReceiver<Item<E>>,
     again: Again<E>,
     mut closing: watch::Receiver<bool>,
@@ -251,9 +259,11 @@ async fn batch_loop<E: PgExecutor + 'static>(
             }
         }
         let permit = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
-        let (store, again) = (store.clone(), again.clone());
+        let (store, again, statements) = (store.clone(), again.clone(), statements.clone());
         flushes.spawn(async move {
-            let follow_ups = flush(&store, &again, batch).await;
+            // In flight, and so holding later short batches back, while it
+            // waits for its place in the worker's statement budget too.
+            let follow_ups = statements.run(flush(&store, &again, batch)).await;
             drop(permit);
             follow_ups
         });

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use waymark_store::{Error, PgExecutor, RetryBackoff, Store};
 
+use crate::budget::StatementBudget;
 use crate::builder::WorkerBuilder;
 use crate::claim_loop::claim_loop;
 use crate::context::Running;
@@ -44,6 +45,7 @@ pub(crate) struct Settings {
     pub(crate) backoff: RetryBackoff,
     pub(crate) settle_batch: usize,
     pub(crate) settle_window: Duration,
+    pub(crate) statement_concurrency: usize,
     pub(crate) worker_id: Arc<str>,
 }
 
@@ -158,6 +160,8 @@ pub(crate) struct Shared<E> {
     pub(crate) handlers: foldhash::HashMap<String, Registration<E>>,
     pub(crate) planner: Planner,
     pub(crate) on_error: ErrorHook,
+    /// Places for claims and settlement flushes (see [`StatementBudget`]).
+    pub(crate) statements: Arc<StatementBudget>,
     pub(crate) settings: Settings,
     pub(crate) state: State,
 }
@@ -378,8 +382,12 @@ impl<E: PgExecutor + 'static> Worker<E> {
     /// Runs until [`WorkerHandle::shutdown`], then shuts down gracefully.
     pub async fn run(self) {
         let shared = self.shared;
-        let (settler, batcher) =
-            Settler::start(shared.store.clone(), shared.settings.settle_batch, shared.settings.settle_window);
+        let (settler, batcher) = Settler::start(
+            shared.store.clone(),
+            shared.statements.clone(),
+            shared.settings.settle_batch,
+            shared.settings.settle_window,
+        );
         // Dropped with `run` (a caller's select!, say): no lease outlives it.
         let _beats = AbortOnDrop(tokio::spawn(heartbeat_loop(shared.clone())));
         // And what the batcher still resends stops: its leases are no

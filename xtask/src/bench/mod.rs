@@ -7,7 +7,8 @@
 //! JSON line per scenario and system.
 //!
 //! `cargo xtask bench` builds and runs itself in release mode; `binding`
-//! compares statement binding modes, `explain` prints the hot statements'
+//! compares statement binding modes, `budget` the worker's statement
+//! budgets beside the baseline at two and three connections, `explain` prints the hot statements'
 //! plans on a large backlog, `soak` holds a steady load for a quarter of an
 //! hour (not part of `all`), `server` shows where the server's time per
 //! task goes.
@@ -15,6 +16,7 @@
 mod backlog;
 mod baseline;
 mod binding;
+mod budget;
 mod chart;
 mod dashboard;
 mod explain;
@@ -99,8 +101,9 @@ pub async fn run(args: &[String]) -> Result<(), String> {
         "dashboard" => dashboard::dashboard().await,
         "soak" => soak::soak(&rest[1..]).await,
         "server" => server::server_costs().await,
+        "budget" => budget::budget(rounds).await,
         other => Err(format!(
-            "bench: unknown scenario {other:?} (known: all, binding, explain, dashboard, soak, server, {})",
+            "bench: unknown scenario {other:?} (known: all, binding, budget, explain, dashboard, soak, server, {})",
             SCENARIOS.join(", ")
         )),
     }
