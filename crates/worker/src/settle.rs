@@ -163,7 +163,9 @@ impl Batcher {
     }
 }
 
-/// Batches in flight at once: while one commits, the next fills.
+/// Batches in flight at once: while one commits, the next fills. Each
+/// also waits for a place in the worker's statement budget, which its
+/// claims share, so fewer than this may run at once.
 pub(crate) const FLUSHES_IN_FLIGHT: usize = 4;
 
 /// The longest a batch short of its size waits for the flushes in flight
