@@ -39,8 +39,10 @@ commands:
           otel, limits, spread, backlog; or name one), waymark beside a
           raw-SQL baseline in the same run (built in release mode); --peers
           adds graphile_worker and apalis-postgres to enqueue, drain, latency;
-          soak: a steady load for 15 minutes; server: where the server's
-          time per task goes; dashboard: the dashboard's pages under load;
+          --rounds N sets the rounds of every scenario and of budget;
+          soak [--minutes N]: a steady load for 15 minutes; server: where
+          the server's time per task goes; dashboard: the dashboard's
+          queries timed on a table of a million tasks;
           binding: protocol statements bound with query_typed against
           prepared once per connection, side by side;
           budget: the drain at each worker statement budget beside the

@@ -6,11 +6,11 @@
 //! server's buffer locks, not work (docs/benchmarks.md, "An eleventh
 //! pass"). So claims and flushes share one budget of places, and a claim
 //! or a flush waits for a place; a worker whose claims and flushes went
-//! apart kept three to six statements running.
+//! apart ran up to six at once, three on average.
 //!
 //! Heartbeats, give-backs, and settlements that do not go through the
 //! batcher (with batching off, once it has closed at shutdown, and the
-//! handler's own `complete`, `snooze` and `complete_in`) are outside the
+//! handler's own `complete`, `fail`, `snooze` and `complete_in`) are outside the
 //! budget: they are small, and a lease must never wait behind a claim.
 
 use std::future::Future;

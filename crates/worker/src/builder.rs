@@ -163,7 +163,8 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
     /// (docs/benchmarks.md). Raise it for a server of many cores that this
     /// worker has to itself, or when round trips are long. Heartbeats,
     /// give-backs, and settlements that skip the batcher (batching off, a
-    /// handler's own `complete` or `complete_in`) run outside it; a claim
+    /// handler's own `complete`, `fail`, `snooze` or `complete_in`) run
+    /// outside it; a claim
     /// or flush that has held its place for a second gives it up.
     pub fn statement_concurrency(mut self, n: usize) -> Self {
         self.statement_concurrency = n;

@@ -24,7 +24,7 @@ pub(super) async fn budget(rounds_asked: Option<usize>) -> Result<(), String> {
             Row::new(
                 "waymark",
                 "drain",
-                format!("statement_concurrency {b}, concurrency {CONCURRENCY}, settle batch {SETTLE}"),
+                format!("statement_concurrency {b}, concurrency {CONCURRENCY}, settle batch {SETTLE}, quick handler"),
             )
         })
         .collect();
