@@ -40,7 +40,8 @@ commands:
           raw-SQL baseline in the same run (built in release mode); --peers
           adds graphile_worker and apalis-postgres to enqueue, drain, latency;
           --rounds N sets the rounds of every scenario and of budget;
-          soak [--minutes N]: a steady load for 15 minutes; server: where
+          soak [--minutes N] [--tuned]: a steady load for 15 minutes (--tuned:
+          more room for autovacuum); server: where
           the server's time per task goes; dashboard: the dashboard's
           queries timed on a table of a million tasks;
           binding: protocol statements bound with query_typed against

@@ -1,4 +1,4 @@
-//! `cargo xtask bench soak [--minutes N]`: a steady load for a long time,
+//! `cargo xtask bench soak [--minutes N] [--tuned]`: a steady load for a long time,
 //! the way a queue lives in production. First the capacity of the soak's
 //! worker settings is measured: what it settles while producers submit as
 //! fast as they can beside it. Then producers offer
@@ -9,6 +9,9 @@
 //! the task table's size, dead rows and autovacuum runs; at the end, the
 //! last minute beside the first and the sizes beside the first minute
 //! after warm-up. CI does not run it (it takes a quarter of an hour).
+//! The server has PostgreSQL's stock settings; `--tuned` gives the task
+//! table's vacuum more room ([`TUNED`]), as an operator would at a high
+//! rate.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,29 +44,39 @@ const SAMPLE_EVERY: u64 = 20;
 /// Minutes before the table reaches its steady size: tasks are kept for
 /// [`KEEP`], then swept.
 const WARM_UP_MINUTES: usize = 2;
+/// What `--tuned` changes: ten times autovacuum's stock cost limit (200),
+/// and shared buffers that hold the task table's indexes.
+const TUNED: [(&str, &str); 2] = [("autovacuum_vacuum_cost_limit", "2000"), ("shared_buffers", "512MB")];
 
 pub(super) async fn soak(args: &[String]) -> Result<(), String> {
-    let minutes = minutes_arg(args)?;
+    let (minutes, tuned) = soak_args(args)?;
     // A server of its own with PostgreSQL's stock settings, autovacuum on
     // among them: how a table lives for hours depends on it, and a shared
     // server's settings (this machine's has autovacuum off) are not ours
     // to change. Durable, as the other scenarios' server is.
-    let cluster = tokio::task::spawn_blocking(|| {
-        PrivateCluster::builder()
+    let cluster = tokio::task::spawn_blocking(move || {
+        let mut b = PrivateCluster::builder()
             .max_connections(100)
             .setting("fsync", "on")
             .setting("full_page_writes", "on")
             .setting("shared_buffers", "128MB")
-            .setting("autovacuum", "on")
-            .start("soak")
+            .setting("autovacuum", "on");
+        if tuned {
+            for (k, v) in TUNED {
+                b = b.setting(k, v);
+            }
+        }
+        b.start("soak")
     })
     .await
     .map_err(|e| format!("soak: starting a PostgreSQL server of its own: {e}"))?;
     let server = cluster.url("postgres");
-    println!(
-        "soak: a server of its own on port {} (stock settings, autovacuum on, fsync on)",
-        cluster.port()
-    );
+    let settings = if tuned {
+        TUNED.iter().map(|(k, v)| format!("{k} = {v}")).collect::<Vec<_>>().join(", ")
+    } else {
+        "stock settings".to_owned()
+    };
+    println!("soak: a server of its own on port {} ({settings}, autovacuum on, fsync on)", cluster.port());
     println!(
         "soak: measuring the capacity of concurrency {CONCURRENCY}, settle batch {SETTLE}, \
          with {PRODUCERS} producers submitting flat out"
@@ -235,16 +248,25 @@ async fn capacity(server: &str) -> Result<f64, String> {
     Ok(rate)
 }
 
-fn minutes_arg(args: &[String]) -> Result<u64, String> {
-    match args {
-        [] => Ok(DEFAULT_MINUTES),
-        [flag, n] if flag == "--minutes" => n
-            .parse()
-            .ok()
-            .filter(|n| *n >= 2)
-            .ok_or(format!("bench soak: --minutes must be a whole number of at least 2, got {n:?}")),
-        other => Err(format!("bench soak: unexpected arguments {other:?} (takes --minutes N)")),
+/// `--minutes N` (15 unless said) and `--tuned`, in any order.
+fn soak_args(args: &[String]) -> Result<(u64, bool), String> {
+    let (mut minutes, mut tuned) = (DEFAULT_MINUTES, false);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--tuned" => tuned = true,
+            "--minutes" => {
+                let n = it.next().ok_or("bench soak: --minutes needs a number")?;
+                minutes = n.parse().ok().filter(|n| *n >= 2).ok_or(format!(
+                    "bench soak: --minutes must be a whole number of at least 2, got {n:?}"
+                ))?;
+            }
+            other => {
+                return Err(format!("bench soak: unexpected argument {other:?} (takes --minutes N, --tuned)"))
+            }
+        }
     }
+    Ok((minutes, tuned))
 }
 
 /// One minute of the soak.
