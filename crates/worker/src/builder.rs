@@ -159,13 +159,13 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
     /// near the same index pages, and past what the server's cores run in
     /// parallel more of them at once wait on each other's buffer locks
     /// instead of working: on a two-core server, 2 drained about a fifth
-    /// faster than the three to six a worker ran before there was a budget
-    /// (docs/benchmarks.md). Raise it for a server of many cores that this
-    /// worker has to itself, or when round trips are long. Heartbeats,
-    /// give-backs, and settlements that skip the batcher (batching off, a
-    /// handler's own `complete`, `fail`, `snooze` or `complete_in`) run
-    /// outside it; a claim
-    /// or flush that has held its place for a second gives it up.
+    /// faster than a worker did before there was a budget (up to six at
+    /// once, three on average; docs/benchmarks.md). Raise it for a server
+    /// of many cores that this worker has to itself, or when round trips
+    /// are long. Heartbeats, give-backs, and settlements that skip the
+    /// batcher (batching off, a handler's own `complete`, `fail`, `snooze`
+    /// or `complete_in`) run outside it; a claim or flush that has held its
+    /// place for a second gives it up.
     pub fn statement_concurrency(mut self, n: usize) -> Self {
         self.statement_concurrency = n;
         self
@@ -363,7 +363,6 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
             backoff: self.backoff,
             settle_batch: self.settle_batch,
             settle_window: self.settle_window,
-            statement_concurrency: self.statement_concurrency,
             worker_id: worker_id.into(),
         };
         let request = ClaimRequest::new(settings.worker_id.to_string(), settings.queues.iter().cloned())
@@ -379,7 +378,7 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
                 handlers: self.handlers.into_iter().collect(),
                 planner,
                 on_error: self.on_error,
-                statements: Arc::new(StatementBudget::new(settings.statement_concurrency)),
+                statements: Arc::new(StatementBudget::new(self.statement_concurrency)),
                 settings,
                 state: State::default(),
             }),

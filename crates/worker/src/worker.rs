@@ -45,7 +45,6 @@ pub(crate) struct Settings {
     pub(crate) backoff: RetryBackoff,
     pub(crate) settle_batch: usize,
     pub(crate) settle_window: Duration,
-    pub(crate) statement_concurrency: usize,
     pub(crate) worker_id: Arc<str>,
 }
 
