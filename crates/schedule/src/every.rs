@@ -5,9 +5,11 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use waymark_store::{Error, Result};
+
+use crate::zoned;
 
 /// A schedule's slots.
 #[derive(Debug, Clone)]
@@ -29,6 +31,15 @@ pub enum Every {
 impl Every {
     /// A cron schedule: `"0 */5 * * * *"` (every five minutes) in `zone`
     /// (an IANA name such as `"Europe/Paris"`, or `"UTC"`).
+    ///
+    /// Across a clock change (Vixie cron's convention): an expression
+    /// whose hour field is `*` (it fires every hour, or more often)
+    /// follows instants, so its slots stay evenly spaced: both passes of
+    /// a repeated hour have them, a skipped hour has none. Any other
+    /// expression names wall-clock times: a time that falls twice fires
+    /// once, at its first occurrence; a time the change skips fires once
+    /// as the gap ends (03:00 local for a change from 02:00 to 03:00),
+    /// however many of its times the gap held.
     pub fn cron(expr: &str, zone: &str) -> Result<Every> {
         let schedule = cron::Schedule::from_str(expr)
             .map_err(|e| Error::InvalidArgument(format!("cron expression {expr:?}: {e}")))?;
@@ -59,25 +70,16 @@ impl Every {
         Ok(Every::Interval(period))
     }
 
-    /// The first slot strictly after `ms` (epoch milliseconds), if any.
+    /// The first slot strictly after `ms` (epoch milliseconds), if any:
+    /// `None` only when the expression names no time after `ms` at all
+    /// (a year field that has passed, say).
     pub fn next_after(&self, ms: i64) -> Option<i64> {
         match self {
             Every::Interval(period) => {
                 let p = period_ms(*period);
                 Some((ms.div_euclid(p) + 1) * p)
             }
-            Every::Cron { schedule, zone, .. } => {
-                let at = zone.timestamp_millis_opt(ms).single()?;
-                // Strictly after `ms`, and a local time that falls twice (a
-                // clock set back) only at its first occurrence: the cron
-                // crate can answer a time before `ms` when `ms` lies in the
-                // repeated hour.
-                schedule
-                    .after(&at)
-                    .take(SEARCH)
-                    .map(|t| t.timestamp_millis())
-                    .find(|&t| t > ms && !repeated(zone, t))
-            }
+            Every::Cron { schedule, zone, .. } => zoned::next_after(schedule, zone, ms),
         }
     }
 
@@ -94,14 +96,11 @@ impl Every {
                 }
             }
             Every::Cron { schedule, zone, .. } => {
-                // The iterator walks backwards from just after `ms`.
-                if let Some(at) = zone.timestamp_millis_opt(ms.saturating_add(1)).single() {
-                    // The same slots as `next_after` walks: a repeated local
-                    // time at its first occurrence only.
-                    let back = schedule.after(&at).rev().take(n.saturating_add(SEARCH));
-                    slots.extend(
-                        back.map(|t| t.timestamp_millis()).filter(|&t| t <= ms && !repeated(zone, t)).take(n),
-                    );
+                let mut at = ms;
+                while slots.len() < n {
+                    let Some(slot) = zoned::last_at_or_before(schedule, zone, at) else { break };
+                    slots.push(slot);
+                    at = slot - 1;
                 }
             }
         }
@@ -115,20 +114,6 @@ impl Every {
             Every::Cron { expr, zone, .. } => format!("cron {expr:?} in {zone}"),
             Every::Interval(p) => format!("every {p:?}"),
         }
-    }
-}
-
-/// How far a cron walk looks past slots it passes over (at most a
-/// couple near a clock change) before it gives up.
-const SEARCH: usize = 64;
-
-/// Whether `ms` is the second occurrence of a local time that a clock set
-/// back makes fall twice in `zone`.
-fn repeated(zone: &Tz, ms: i64) -> bool {
-    let Some(at) = zone.timestamp_millis_opt(ms).single() else { return false };
-    match zone.from_local_datetime(&at.naive_local()) {
-        chrono::LocalResult::Ambiguous(first, _) => first.timestamp_millis() != ms,
-        _ => false,
     }
 }
 
@@ -176,18 +161,19 @@ mod tests {
     }
 
     #[test]
-    fn clock_changes_give_one_slot_a_day_both_ways() {
+    fn a_wall_clock_time_fires_once_a_day_across_both_changes() {
         let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().timestamp_millis();
         let labels = |v: Vec<i64>| v.into_iter().map(slot_label).collect::<Vec<_>>();
-        // 02:30 Paris time: skipped on 2026-03-29 (02:00 -> 03:00), twice
-        // on 2026-10-25 (03:00 -> 02:00), where the first one counts.
+        // 02:30 Paris time: skipped on 2026-03-29 (02:00 -> 03:00), where
+        // it fires as the gap ends; twice on 2026-10-25 (03:00 -> 02:00),
+        // where the first one counts.
         let every = Every::cron("0 30 2 * * *", "Europe/Paris").unwrap();
         let mut walk = vec![every.next_after(at("2026-03-28T12:00:00Z")).unwrap()];
         walk.push(every.next_after(walk[0]).unwrap());
         assert_eq!(
             labels(walk),
-            ["2026-03-30T00:30:00.000Z", "2026-03-31T00:30:00.000Z"],
-            "no slot on the 29th"
+            ["2026-03-29T01:00:00.000Z", "2026-03-30T00:30:00.000Z"],
+            "on the 29th at 03:00 CEST, as the gap ends"
         );
         let mut walk = vec![every.next_after(at("2026-10-24T12:00:00Z")).unwrap()];
         walk.push(every.next_after(walk[0]).unwrap());
@@ -208,7 +194,7 @@ mod tests {
         );
         assert_eq!(
             labels(every.last_at_or_before(at("2026-03-30T03:00:00Z"), 2)),
-            ["2026-03-28T01:30:00.000Z", "2026-03-30T00:30:00.000Z"]
+            ["2026-03-29T01:00:00.000Z", "2026-03-30T00:30:00.000Z"]
         );
     }
 

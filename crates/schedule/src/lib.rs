@@ -48,8 +48,11 @@
 //! # }
 //! ```
 
+#[cfg(test)]
+mod dst_tests;
 mod every;
 mod scheduler;
+mod zoned;
 
 pub use every::Every;
 pub use scheduler::{CatchUp, Fired, Periodic, Scheduler, MAX_CATCH_UP, SCHEDULE_KEY, SLOT_KEY};
