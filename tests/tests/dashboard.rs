@@ -266,3 +266,36 @@ async fn a_stopped_dashboard_ends_its_live_streams_and_sends_safe_headers() {
     assert!(rest.ends_with("0\r\n\r\n"), "the chunked stream ended: {rest:?}");
     schema.drop().await;
 }
+
+/// On port 80 a browser names the host without the port (`Host:
+/// 127.80.0.1`); the page, its API and its live stream answer it, and a
+/// foreign name without a port is still refused. Binding port 80 needs
+/// the right to: without it the test says so and checks nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_reaches_a_tokenless_dashboard_on_port_80() {
+    let schema = TestSchema::new().await;
+    let store: Arc<Store<PgPool>> = Arc::new(pool_store(&schema).await);
+    store.submit(NewTask::new("ui.port80", json!({})).queue("port80")).await.unwrap();
+    let dashboard = Dashboard::new(store.clone());
+    // A loopback address of its own, so nothing else on 127.0.0.1:80 is in the way.
+    let listener = match dashboard.bind("127.80.0.1:80".parse().unwrap()).await {
+        Ok(listener) => listener,
+        Err(BindError::Io(_, e)) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            eprintln!("SKIPPED: binding port 80 is not permitted here ({e})");
+            return schema.drop().await;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(dashboard.serve(listener));
+    assert_eq!(request(addr, "GET", "/api/stats", &[("host", "127.80.0.1")]).0, 200);
+    assert_eq!(request(addr, "GET", "/api/stats", &[("host", "localhost")]).0, 200);
+    assert_eq!(request(addr, "GET", "/api/stats", &[("host", "evil.example")]).0, 421);
+
+    let browser = Browser::start();
+    browser.goto("http://127.80.0.1/");
+    let queued = "#counts tr[data-queue='port80'] td[data-status='queued']";
+    browser.wait_text(queued, "the queued task on the page", WAIT, |t| t == "1").await;
+    browser.wait_text("#conn", "the live stream open", WAIT, |t| t == "live").await;
+    schema.drop().await;
+}

@@ -72,16 +72,24 @@ impl Guard {
         let port = bound.port();
         // Without a token only loopback is bound; a page of another site
         // reaching it through a rebound DNS name names that site's host.
+        // A browser leaves out the scheme's default port (plain HTTP: 80),
+        // so on that port the bare names are answered too.
         let hosts = token.is_none().then(|| {
-            vec![
-                format!("127.0.0.1:{port}"),
-                format!("localhost:{port}"),
-                format!("[::1]:{port}"),
-                bound.to_string(),
-            ]
+            let ip = match bound {
+                SocketAddr::V4(a) => a.ip().to_string(),
+                SocketAddr::V6(a) => format!("[{}]", a.ip()),
+            };
+            let names = ["127.0.0.1".to_owned(), "localhost".to_owned(), "[::1]".to_owned(), ip];
+            let bare = if port == 80 { names.to_vec() } else { Vec::new() };
+            names.into_iter().map(|n| format!("{n}:{port}")).chain(bare).collect()
         });
         let csrf = format!("{:032x}", rand::random::<u128>());
         Guard { hosts, token, csrf }
+    }
+
+    /// Whether a request naming `host` is answered: any, with a token.
+    fn allows_host(&self, host: &str) -> bool {
+        self.hosts.as_ref().is_none_or(|hosts| hosts.iter().any(|h| h.eq_ignore_ascii_case(host)))
     }
 
     fn token_in(&self, headers: &HeaderMap) -> bool {
@@ -121,14 +129,12 @@ pub(crate) async fn check<E: Send + Sync + 'static>(
 ) -> Response {
     let guard = &app.guard;
     let headers = request.headers();
-    if let Some(hosts) = &guard.hosts {
-        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-        if !hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
-            return refuse(
-                StatusCode::MISDIRECTED_REQUEST,
-                "this dashboard answers on its loopback address only",
-            );
-        }
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    if !guard.allows_host(host) {
+        return refuse(
+            StatusCode::MISDIRECTED_REQUEST,
+            "this dashboard answers on its loopback address only",
+        );
     }
     // A link from another site may open the page; nothing else may come
     // from one (the API, the actions).
@@ -170,4 +176,38 @@ pub(crate) async fn check<E: Send + Sync + 'static>(
     h.insert(header::CONTENT_SECURITY_POLICY, header::HeaderValue::from_static("frame-ancestors 'none'"));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Guard;
+
+    fn allows(bound: &str, host: &str) -> bool {
+        Guard::new(bound.parse().unwrap(), None).allows_host(host)
+    }
+
+    #[test]
+    fn on_port_80_a_loopback_host_without_its_port_is_answered_and_a_foreign_one_is_not() {
+        // Browsers leave out a scheme's default port: http://127.0.0.1/
+        // sends `Host: 127.0.0.1`.
+        for host in ["127.0.0.1", "localhost", "LocalHost", "[::1]", "127.0.0.1:80", "localhost:80"] {
+            assert!(allows("127.0.0.1:80", host), "{host} on port 80");
+        }
+        assert!(allows("[::1]:80", "[::1]"));
+        assert!(allows("127.0.0.2:80", "127.0.0.2"));
+        // DNS rebinding: another name is refused, with or without a port.
+        for host in ["evil.example", "evil.example:80", "127.0.0.1.evil.example", "", "127.0.0.1:8080", "::1"]
+        {
+            assert!(!allows("127.0.0.1:80", host), "{host:?} on port 80");
+        }
+    }
+
+    #[test]
+    fn on_another_port_the_host_must_name_it() {
+        assert!(allows("127.0.0.1:8080", "127.0.0.1:8080"));
+        assert!(allows("127.0.0.1:8080", "localhost:8080"));
+        for host in ["127.0.0.1", "localhost", "127.0.0.1:80", "evil.example:8080"] {
+            assert!(!allows("127.0.0.1:8080", host), "{host:?} on port 8080");
+        }
+    }
 }
