@@ -11,7 +11,7 @@ Exit codes:
   1  failed (the database could not be reached, an operation failed)
   2  bad usage or input (an unknown command, status or duration); nothing was changed
   3  no such task, or the task is not in a state the command acts on
-  4  a bulk retry found tasks but was not told --yes; nothing was changed";
+  4  a bulk retry or a purge found tasks but was not told --yes; nothing was changed";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -62,7 +62,8 @@ pub enum Command {
     Cancel(Target),
     /// Queue failed or canceled tasks again: one, or every match of a filter.
     Retry(RetryArgs),
-    /// Delete terminal tasks older than an age.
+    /// Delete terminal tasks that finished longer ago than an age. Shows
+    /// the count; deletes only with --yes.
     Purge(PurgeArgs),
     /// Live counts per queue and status, redrawn on each change.
     Watch(WatchArgs),
@@ -152,6 +153,9 @@ pub struct PurgeArgs {
     /// Rows per delete statement.
     #[arg(long, default_value_t = 1000)]
     pub batch: i64,
+    /// Go ahead and delete (without it: the count only, exit 4).
+    #[arg(long)]
+    pub yes: bool,
 }
 
 #[derive(Debug, Args)]

@@ -6,14 +6,11 @@ use std::time::Duration;
 
 use serde_json::{json, Value as Json};
 use waymark_pool::PgPool;
-use waymark_store::{ConnectOptions, ListFilter, PurgeFilter, Store, Task, TaskStatus};
+use waymark_store::{ConnectOptions, ListFilter, Store, Task, TaskStatus};
 
-use crate::args::{Cli, Command, Filters, ListArgs, PurgeArgs, RetryArgs, Target};
+use crate::args::{Cli, Command, Filters, ListArgs, RetryArgs, Target};
 use crate::error::{CliError, Kind};
 use crate::render;
-
-/// Bulk retries read the matches in pages of this many.
-const PAGE: i64 = 1000;
 
 /// What a command printed, and that it went well.
 pub type Out = Result<String, CliError>;
@@ -46,7 +43,7 @@ pub async fn run(cli: Cli) -> Out {
         }
         Command::Cancel(target) => cancel(&url, cli.schema.as_deref(), target, json).await,
         Command::Retry(args) => retry(&url, cli.schema.as_deref(), args, json).await,
-        Command::Purge(args) => purge(&url, cli.schema.as_deref(), args, json).await,
+        Command::Purge(args) => crate::bulk::purge(&url, cli.schema.as_deref(), args, json).await,
         Command::Watch(args) => crate::watch::watch(&url, cli.schema.as_deref(), args, json).await,
         Command::Ui(args) => ui(&url, cli.schema.as_deref(), args).await,
     }
@@ -72,7 +69,7 @@ fn pool(url: &str, schema: Option<&str>, connections: u32) -> Result<PgPool, Cli
     builder.build().map_err(|e| CliError::usage(format!("bad --database-url: {e}")))
 }
 
-fn doc(v: &impl serde::Serialize) -> String {
+pub(crate) fn doc(v: &impl serde::Serialize) -> String {
     let mut s = serde_json::to_string_pretty(v).expect("the store's types serialise");
     s.push('\n');
     s
@@ -112,7 +109,7 @@ async fn migrate(url: &str, schema: Option<&str>, status: bool, json: bool) -> O
 }
 
 /// A status named on the command line, or exit 2 naming the known ones.
-fn status_of(s: &Option<String>) -> Result<Option<TaskStatus>, CliError> {
+pub(crate) fn status_of(s: &Option<String>) -> Result<Option<TaskStatus>, CliError> {
     s.as_deref()
         .map(|s| {
             s.parse::<TaskStatus>().map_err(|_| {
@@ -123,7 +120,7 @@ fn status_of(s: &Option<String>) -> Result<Option<TaskStatus>, CliError> {
         .transpose()
 }
 
-fn list_filter(f: &Filters, limit: i64, offset: i64) -> Result<ListFilter, CliError> {
+pub(crate) fn list_filter(f: &Filters, limit: i64, offset: i64) -> Result<ListFilter, CliError> {
     if limit < 0 || offset < 0 {
         return Err(CliError::usage(format!(
             "--limit and --offset must not be negative, got {limit} and {offset}"
@@ -191,7 +188,7 @@ async fn cancel(url: &str, schema: Option<&str>, target: Target, json: bool) -> 
 
 async fn retry(url: &str, schema: Option<&str>, args: RetryArgs, json: bool) -> Out {
     if args.filter {
-        return retry_matching(url, schema, args, json).await;
+        return crate::bulk::retry_matching(url, schema, args, json).await;
     }
     if args.id.is_none() && args.key.is_none() {
         return Err(CliError::usage("name a task (an id, or --key), or pass --filter with filters"));
@@ -216,113 +213,6 @@ async fn retry(url: &str, schema: Option<&str>, args: RetryArgs, json: bool) -> 
             Err(e) => e,
         }),
     }
-}
-
-/// Every failed (or canceled) task matching the filters: the count first,
-/// and the retries only with --yes. The retries take the newest page of
-/// matches again and again (a retried task leaves the set), each task at
-/// most once, until a page holds nothing new: paging by offset over a set
-/// that shrinks would skip tasks.
-async fn retry_matching(url: &str, schema: Option<&str>, args: RetryArgs, json: bool) -> Out {
-    let mut filter = list_filter(&args.filters, PAGE, 0)?;
-    let status = filter.status.unwrap_or(TaskStatus::Failed);
-    if !matches!(status, TaskStatus::Failed | TaskStatus::Canceled) {
-        return Err(CliError::usage(format!("only failed or canceled tasks can be retried, not {status}")));
-    }
-    filter.status = Some(status);
-    let store = open(url, schema).await?;
-    if !args.yes {
-        // A count, read in pages; tasks failing meanwhile may shift a page,
-        // so ids are counted once each.
-        let mut seen = std::collections::HashSet::new();
-        loop {
-            let page = store.list(&filter).await?;
-            let short = (page.len() as i64) < PAGE;
-            seen.extend(page.into_iter().map(|t| t.id));
-            if short {
-                break;
-            }
-            filter.offset += PAGE;
-        }
-        if seen.is_empty() {
-            return Ok(if json {
-                doc(&json!({"matched": 0, "retried": 0, "skipped": 0}))
-            } else {
-                format!("0 {status} tasks match\n")
-            });
-        }
-        let message = format!(
-            "{} {status} task(s) match; nothing was retried: pass --yes to queue them again",
-            seen.len()
-        );
-        return Err(CliError { kind: Kind::NeedsYes, message, matched: Some(seen.len()) });
-    }
-    let mut done = std::collections::HashSet::new();
-    let (mut retried, mut skipped) = (0u64, 0u64);
-    loop {
-        let page = store.list(&filter).await.map_err(|e| partly(e, retried))?;
-        let full = page.len() as i64 == PAGE;
-        let fresh: Vec<String> = page.into_iter().map(|t| t.id).filter(|id| !done.contains(id)).collect();
-        if fresh.is_empty() {
-            // A full page of tasks already retried (they failed again):
-            // the older matches lie past it.
-            if !full {
-                break;
-            }
-            filter.offset += PAGE;
-            continue;
-        }
-        for id in fresh {
-            match store.retry(&id, args.reset_attempt).await.map_err(|e| partly(e, retried))? {
-                Some(_) => retried += 1,
-                // Retried, purged or changed since it was listed.
-                None => skipped += 1,
-            }
-            done.insert(id);
-        }
-    }
-    Ok(if json {
-        doc(&json!({"matched": done.len(), "retried": retried, "skipped": skipped}))
-    } else {
-        format!(
-            "queued {retried} of {} matching task(s) again ({skipped} had changed meanwhile)\n",
-            done.len()
-        )
-    })
-}
-
-/// A failure part-way through a bulk action, saying what was done before it.
-fn partly(e: waymark_store::Error, done: u64) -> CliError {
-    let mut e = CliError::from(e);
-    e.message = format!("{} (after {done} task(s) were done)", e.message);
-    e
-}
-
-async fn purge(url: &str, schema: Option<&str>, args: PurgeArgs, json: bool) -> Out {
-    let older_than = duration(&args.older_than, "--older-than")?;
-    let status = status_of(&args.status)?;
-    if let Some(s) = status.filter(|s| !s.is_terminal()) {
-        return Err(CliError::usage(format!("only terminal tasks are purged, not {s}")));
-    }
-    if args.batch < 1 {
-        return Err(CliError::usage(format!("--batch must be at least 1, got {}", args.batch)));
-    }
-    let filter = PurgeFilter { queue: args.queue, status, name: args.name, older_than, limit: args.batch };
-    let store = open(url, schema).await?;
-    let mut deleted = 0u64;
-    let started = std::time::Instant::now();
-    let mut filter = filter;
-    loop {
-        // One cutoff for the whole purge: the age is counted from the start,
-        // so tasks that finish meanwhile cannot keep every batch full.
-        filter.older_than = older_than + started.elapsed();
-        let ids = store.purge(&filter).await.map_err(|e| partly(e, deleted))?;
-        deleted += ids.len() as u64;
-        if (ids.len() as i64) < args.batch {
-            break;
-        }
-    }
-    Ok(if json { doc(&json!({"deleted": deleted})) } else { format!("deleted {deleted} task(s)\n") })
 }
 
 /// Serves the dashboard until Ctrl-C.

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 pub struct CliError {
     pub kind: Kind,
     pub message: String,
-    /// For a bulk retry without --yes: how many tasks matched.
+    /// For a bulk retry or a purge without --yes: how many tasks matched.
     pub matched: Option<usize>,
 }
 

@@ -5,6 +5,7 @@
 //! scripts; the exit codes are listed in `--help`.
 
 mod args;
+mod bulk;
 mod commands;
 mod error;
 mod render;

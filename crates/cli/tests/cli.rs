@@ -141,9 +141,9 @@ async fn migrate_inspect_cancel_retry_and_purge_as_an_operator_would() {
     // purge: terminal tasks only, by age; a bad age is refused.
     let kept = store.fetch(&queued.id).await.unwrap();
     assert_eq!(kept.status, TaskStatus::Canceled);
-    assert_eq!(expect(&schema, &["purge", "--older-than", "1h"], 0), "deleted 0 task(s)\n");
+    assert_eq!(expect(&schema, &["purge", "--older-than", "1h", "--yes"], 0), "deleted 0 task(s)\n");
     assert_eq!(
-        json_of(&expect(&schema, &["purge", "--older-than", "0s", "--json"], 0)),
+        json_of(&expect(&schema, &["purge", "--older-than", "0s", "--yes", "--json"], 0)),
         json!({"deleted": 1})
     );
     assert!(store.get(&queued.id).await.unwrap().is_none());
@@ -155,6 +155,57 @@ async fn migrate_inspect_cancel_retry_and_purge_as_an_operator_would() {
         4,
         "live tasks untouched"
     );
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_shows_its_count_and_deletes_only_with_yes() {
+    let schema = TestSchema::new().await;
+    let store = pool_store(&schema).await;
+    for i in 0..3 {
+        store.submit(NewTask::new("report", json!({ "i": i })).queue("old")).await.unwrap();
+    }
+    for t in store.claim(&ClaimRequest::new("w", ["old"]).limit(3)).await.unwrap() {
+        store.complete(&t.lease().unwrap(), json!(null)).await.unwrap();
+    }
+    let live = store.submit(NewTask::new("report", json!({})).queue("old")).await.unwrap();
+    let finished = || async { store.stats(Some("old")).await.unwrap()["old"].succeeded };
+
+    // Without --yes: the count, exit 4, nothing deleted; as JSON too.
+    let dry = waymark(&schema, &["purge", "--older-than", "0s"]);
+    assert_eq!(dry.status.code(), Some(4), "stdout: {}\nstderr: {}", stdout(&dry), stderr(&dry));
+    assert!(
+        stderr(&dry)
+            .contains("3 terminal task(s) finished more than 0s ago; nothing was deleted: pass --yes"),
+        "{}",
+        stderr(&dry)
+    );
+    assert_eq!(finished().await, 3);
+    let dry = waymark(&schema, &["purge", "--older-than", "0s", "--queue", "old", "--json"]);
+    assert_eq!(dry.status.code(), Some(4));
+    let doc = json_of(&stdout(&dry));
+    assert_eq!((doc["exit_code"].clone(), doc["matched"].clone()), (json!(4), json!(3)), "{doc}");
+    assert_eq!(finished().await, 3);
+    // Nothing old enough: nothing to confirm.
+    assert_eq!(
+        expect(&schema, &["purge", "--older-than", "1h"], 0),
+        "0 terminal tasks finished more than 1h ago: nothing to delete\n"
+    );
+    assert_eq!(
+        json_of(&expect(&schema, &["purge", "--older-than", "1h", "--json"], 0)),
+        json!({"matched": 0, "deleted": 0})
+    );
+    // The filters narrow the count as they narrow the delete.
+    let other = waymark(&schema, &["purge", "--older-than", "0s", "--queue", "elsewhere"]);
+    assert_eq!(other.status.code(), Some(0), "{}", stderr(&other));
+
+    // With --yes: deleted, the live task untouched.
+    assert_eq!(
+        json_of(&expect(&schema, &["purge", "--older-than", "0s", "--yes", "--json"], 0)),
+        json!({"deleted": 3})
+    );
+    assert_eq!(finished().await, 0);
+    assert_eq!(store.fetch(&live.id).await.unwrap().status, TaskStatus::Queued);
     schema.drop().await;
 }
 
@@ -196,7 +247,9 @@ async fn errors_name_what_was_wrong_and_exit_with_their_code() {
     assert_eq!(out.status.code(), Some(2), "refused before connecting");
     assert!(stderr(&out).contains("without a token"), "{}", stderr(&out));
     let help = stdout(&waymark(&schema, &["--help"]));
-    assert!(help.contains("Exit codes:") && help.contains("4  a bulk retry"), "{help}");
+    assert!(help.contains("Exit codes:") && help.contains("4  a bulk retry or a purge"), "{help}");
+    let help = stdout(&waymark(&schema, &["purge", "--help"]));
+    assert!(help.contains("Shows the count; deletes only with --yes"), "{help}");
     schema.drop().await;
 }
 

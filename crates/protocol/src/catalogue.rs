@@ -155,6 +155,7 @@ catalogue! {
     Cancel => "cancel",
     Retry => "retry",
     Purge => "purge",
+    PurgeCount => "purge_count",
     ClaimableProbe => "claimable_probe",
     RecoverLeases => "recover_leases",
     Claim => "claim",

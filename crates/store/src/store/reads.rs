@@ -171,6 +171,28 @@ impl<E: PgExecutor> Store<E> {
             .map(|mut row| text(&mut row, "id"))
             .collect()
     }
+
+    /// How many tasks [`Store::purge`] would delete with `filter`, however
+    /// many batches that takes (`filter.limit` is not read): a count to show
+    /// before deleting (a waymark addition, `purge_count.sql`).
+    pub async fn purge_count(&self, filter: &PurgeFilter) -> Result<i64> {
+        let older_than_ms = millis("purge older_than", filter.older_than)?;
+        if let Some(st) = filter.status.filter(|st| !st.is_terminal()) {
+            return Err(Error::invalid(format!(
+                "purge status must be succeeded, failed or canceled, got {st}"
+            )));
+        }
+        let binds: Binds = vec![
+            ("queue", filter.queue.as_deref().into()),
+            ("status", filter.status.map(TaskStatus::as_str).into()),
+            ("name", filter.name.as_deref().into()),
+            ("older_than_ms", older_than_ms.into()),
+        ];
+        let mut row = run_opt(&mut self.session()?, Statement::PurgeCount, binds)
+            .await?
+            .ok_or_else(|| Error::Internal("the purge count answered no row".to_owned()))?;
+        int8(&mut row, "count")
+    }
 }
 
 pub(super) async fn cancel<S: PgSession + ?Sized>(s: &mut S, id: &str) -> Result<Option<Task>> {
