@@ -199,3 +199,102 @@ async fn a_full_groups_backlog_does_not_hide_the_other_groups() {
     assert!(claim(10).await.expect("claim").is_empty(), "both tenants at their limit of 1");
     schema.drop().await;
 }
+
+/// A claimer frozen inside its turn under a fleet limit (here a session
+/// holding the limit's advisory lock in an open transaction) holds up only
+/// that limit's claims: the worker's plain queue keeps being claimed and
+/// run, task after task, each well within a bound, without a claim error
+/// reported; the limited task waits, and runs soon after the lock goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_claimer_under_a_limit_holds_up_only_that_limits_claims() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use waymark_store::FleetLimit;
+    use waymark_worker::Worker;
+
+    const PLAIN: usize = 20;
+    // Each plain task is claimed and run within this of its submit.
+    const PLAIN_BOUND: Duration = Duration::from_secs(2);
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+
+    // The stalled claimer: the limit's lock (its key is the limit's scope,
+    // `FleetLimit::lock_key`), held in an open transaction.
+    let stalled = admin_client(&schema.url).await;
+    stalled
+        .batch_execute(
+            "begin; select pg_advisory_xact_lock(hashtextextended('waymark.fleet_limit:queue=limited name=*', 0))",
+        )
+        .await
+        .expect("hold the limit's lock");
+    let limited =
+        store.submit(NewTask::new("limited.work", json!({})).queue("limited")).await.expect("submit limited");
+
+    let claim_errors = Arc::new(AtomicUsize::new(0));
+    let errors = claim_errors.clone();
+    let worker = Worker::builder(store.clone())
+        .queues(["plain", "limited"])
+        .concurrency(2)
+        .poll_interval(Duration::from_millis(500))
+        .fleet_limit(FleetLimit::queue("limited", 1))
+        .on_error(move |e| {
+            if e.during == "claim" {
+                errors.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .task("plain.work", |_ctx, p: serde_json::Value| async move { Ok(p) })
+        .task("limited.work", |_ctx, p: serde_json::Value| async move { Ok(p) })
+        .build()
+        .expect("worker");
+    let handle = worker.handle();
+    let mut events = handle.events();
+    let run = tokio::spawn(worker.run());
+    // One plain task at a time, each submitted once the last has settled:
+    // every one needs a claim pass of its own while the limit is stalled.
+    let mut slowest = Duration::ZERO;
+    for n in 0..PLAIN {
+        let task =
+            store.submit(NewTask::new("plain.work", json!({"n": n})).queue("plain")).await.expect("submit");
+        let took = settled(&mut events, task.id.clone(), PLAIN_BOUND).await.unwrap_or_else(|| {
+            panic!("plain task {n} was not claimed and run within {PLAIN_BOUND:?} while a claimer stalled under the fleet limit")
+        });
+        slowest = slowest.max(took);
+    }
+    let status = store.get(&limited.id).await.expect("get").expect("the limited task").status;
+    assert_eq!(status, waymark_store::TaskStatus::Queued, "the limited task waited for its turn");
+    assert_eq!(claim_errors.load(Ordering::SeqCst), 0, "a missed turn is not a claim error");
+
+    // The stalled claimer goes: the limited scope resumes.
+    stalled.batch_execute("rollback").await.expect("release the limit's lock");
+    let resumed = settled(&mut events, limited.id.clone(), Duration::from_secs(5))
+        .await
+        .expect("the limited task ran within 5 s of the lock's release");
+    handle.shutdown();
+    run.await.expect("worker");
+    println!(
+        "stalled limit: {PLAIN} plain tasks one after another, slowest {slowest:?} from submit to settled; \
+         the limited task settled {resumed:?} after the lock went"
+    );
+    schema.drop().await;
+}
+
+/// How long after the call the task `id` settled, by the worker's events;
+/// `None` if not within `bound`.
+async fn settled(
+    events: &mut tokio::sync::broadcast::Receiver<waymark_worker::WorkerEvent>,
+    id: String,
+    bound: Duration,
+) -> Option<Duration> {
+    let started = Instant::now();
+    let found = tokio::time::timeout(bound, async {
+        loop {
+            match events.recv().await {
+                Ok(waymark_worker::WorkerEvent::Settled { task_id, .. }) if task_id == id => return,
+                Ok(_) => {}
+                Err(e) => panic!("worker events: {e}"),
+            }
+        }
+    })
+    .await;
+    found.ok().map(|()| started.elapsed())
+}

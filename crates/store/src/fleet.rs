@@ -7,13 +7,26 @@
 //! claimer never holds it), counts the running rows in the limit's scope
 //! and claims only into the free slots (`claim_limited.sql`). Claims under
 //! one limit thus run one at a time across the fleet; claims under other
-//! limits, and unlimited claims, do not wait for them.
+//! limits, and unlimited claims, do not wait for them. A claim waits for
+//! its turn [`FLEET_LIMIT_TURN_WAIT`] at most, so a claimer frozen inside
+//! its turn (a stalled process, a lost network) holds the others up that
+//! long per try, never for a query timeout; the claim that gave up its turn
+//! fails with [`Error::LockTimeout`] and is tried again.
 //!
 //! Workers that do not know a limit (a cairnq SDK's, or a waymark worker
 //! built without it) claim past it; their running tasks still count
 //! against it.
 
+use std::time::Duration;
+
 use crate::error::{Error, Result};
+
+/// How long a claim under a fleet limit waits for its turn (the limit's
+/// lock) before it gives the turn up and fails with [`Error::LockTimeout`],
+/// having claimed nothing. A turn lasts one claim statement and its commit,
+/// milliseconds, so this covers a queue of claimers; a claimer that held
+/// its turn longer has stalled inside it.
+pub const FLEET_LIMIT_TURN_WAIT: Duration = Duration::from_millis(100);
 
 /// Where a group key is read from: a path into the task's payload or its
 /// metadata. A task without a value there is in the group of tasks without

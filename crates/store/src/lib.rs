@@ -52,7 +52,7 @@ pub use executor::{
     ExecError, ExecErrorKind, Lane, ListenEvent, Notification, NotificationStream, PgExecutor, PgSession,
     PgTransaction, Sql,
 };
-pub use fleet::{FleetLimit, GroupKey};
+pub use fleet::{FleetLimit, GroupKey, FLEET_LIMIT_TURN_WAIT};
 pub use id::{new_task_id, task_id_from_parts};
 pub use lease::Lease;
 pub use migrate::{MigrationReport, MigrationState};

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use waymark_store::{Error, PgExecutor, Signal};
 
-use crate::plan::Drawn;
+use crate::plan::{claim_panicked, Drawn};
 use crate::run::{give_back, register_calls, start_call, Registered};
 use crate::runners::Runs;
 use crate::worker::Shared;
@@ -432,6 +432,8 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         } else {
             self.retry_pause = CLAIM_RETRY_FIRST;
         }
+        // A draw that missed its turn under a fleet limit claims again then.
+        self.retry_at = out.turn_at.into_iter().chain(self.retry_at).min();
         self.take(out);
         self.start_ready(runs);
     }
@@ -499,14 +501,6 @@ async fn sleep_until_some(at: Option<tokio::time::Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-/// A claim task that panicked or was cancelled: what it claimed, if
-/// anything, comes back when the leases expire.
-fn claim_panicked(e: tokio::task::JoinError) -> Error {
-    Error::Internal(format!(
-        "the claim task ended abnormally ({e}); its claims, if any, return on lease expiry"
-    ))
 }
 
 #[cfg(test)]

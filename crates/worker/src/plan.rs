@@ -7,9 +7,17 @@
 //! counts differently, so it draws alone. Draws are served in a rotating
 //! order, so that the first cannot take every free slot turn after turn,
 //! and each sizes itself by what the earlier ones took.
+//!
+//! A draw under a fleet limit that could not get its turn (another claimer
+//! held the limit's lock past the store's bound) gives up that draw only:
+//! the turn's other draws go on, and it sits out a short pause, doubling
+//! while its turns keep being missed, before it tries again.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use waymark_store::{ClaimRequest, Error, FleetLimit, PgExecutor, Store, Task};
 
@@ -26,6 +34,25 @@ pub(crate) struct Source {
     pub(crate) limits: Arc<[usize]>,
     pub(crate) queues: Option<Vec<String>>,
     pub(crate) fleet: Option<FleetLimit>,
+    /// Under a fleet limit: its missed turns (see [`Turn`]).
+    pub(crate) turn: Mutex<Turn>,
+}
+
+/// The first pause of a draw that missed its turn under a fleet limit; it
+/// doubles up to [`TURN_PAUSE_MAX`] while its turns keep being missed.
+/// Each try holds up the draws after it in its turn for the store's
+/// bound on the wait (`FLEET_LIMIT_TURN_WAIT`), so the pause keeps a
+/// stalled limit from slowing every turn, and bounds how long after the
+/// stall the limit's claims resume.
+const TURN_PAUSE_FIRST: Duration = Duration::from_millis(50);
+const TURN_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+/// A draw's missed turns: when it may try again, and the pause after the
+/// next miss.
+#[derive(Debug, Default)]
+pub(crate) struct Turn {
+    retry_at: Option<Instant>,
+    pause: Duration,
 }
 
 impl Source {
@@ -37,7 +64,37 @@ impl Source {
     }
 
     pub(crate) fn new(names: Vec<String>, batch: usize, limits: Arc<[usize]>) -> Self {
-        Source { names, batch, limits, queues: None, fleet: None }
+        Source { names, batch, limits, queues: None, fleet: None, turn: Mutex::default() }
+    }
+
+    /// When the draw may try for its turn again, if that is after `now`.
+    fn sits_out(&self, now: Instant) -> Option<Instant> {
+        self.fleet.as_ref()?;
+        self.turn.lock().unwrap_or_else(|p| p.into_inner()).retry_at.filter(|at| *at > now)
+    }
+
+    /// Its turn was missed: when to try again.
+    fn missed_turn(&self) -> Instant {
+        let mut turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
+        let was = turn.pause;
+        turn.pause = (was * 2).clamp(TURN_PAUSE_FIRST, TURN_PAUSE_MAX);
+        if turn.pause == TURN_PAUSE_MAX && was < TURN_PAUSE_MAX {
+            tracing::warn!(
+                limit = %self.fleet.as_ref().map(ToString::to_string).unwrap_or_default(),
+                "claims under a fleet limit keep missing their turn (a claimer holds its lock); \
+                 the worker's other draws go on, and these are tried again every {TURN_PAUSE_MAX:?}"
+            );
+        }
+        let at = Instant::now() + turn.pause;
+        turn.retry_at = Some(at);
+        at
+    }
+
+    /// Its turn came: the next miss starts the pauses over.
+    fn took_turn(&self) {
+        if self.fleet.is_some() {
+            *self.turn.lock().unwrap_or_else(|p| p.into_inner()) = Turn::default();
+        }
     }
 }
 
@@ -65,6 +122,18 @@ pub(crate) struct Drawn {
     /// Whether a claim statement got as many rows as it asked for: more
     /// may be due.
     pub(crate) full: bool,
+    /// When the first draw that missed its turn under a fleet limit (or
+    /// sat this one out after missing one) tries again: a turn then may
+    /// find work that this one could not look for.
+    pub(crate) turn_at: Option<Instant>,
+}
+
+/// A claim task that panicked or was cancelled: what it claimed, if
+/// anything, comes back when the leases expire.
+pub(crate) fn claim_panicked(e: tokio::task::JoinError) -> Error {
+    Error::Internal(format!(
+        "the claim task ended abnormally ({e}); its claims, if any, return on lease expiry"
+    ))
 }
 
 #[derive(Debug)]
@@ -119,11 +188,16 @@ impl Planner {
         let start = self.cursor.fetch_add(1, Ordering::Relaxed) % n.max(1);
         let (mut left, mut left_ahead) = (free, ahead);
         let mut probe = probe;
+        let now = Instant::now();
         for k in 0..n {
             let src = &self.sources[(start + k) % n];
             let plain = src.is_plain();
             let left_here = if plain { left + left_ahead } else { left };
             if left_here == 0 {
+                continue;
+            }
+            if let Some(at) = src.sits_out(now) {
+                drawn.turn_at = Some(drawn.turn_at.map_or(at, |t| t.min(at)));
                 continue;
             }
             // Reserved before the claim, so two claims in flight cannot
@@ -138,10 +212,12 @@ impl Planner {
                 req.queues.clone_from(queues);
             }
             req.fleet_limit.clone_from(&src.fleet);
+            let probing = probe;
             drawn.probed |= probe;
             probe = false;
             match store.claim(&req).await {
                 Ok(tasks) => {
+                    src.took_turn();
                     drawn.full |= i64::try_from(tasks.len()).unwrap_or(i64::MAX) >= limit;
                     let mut tasks = tasks.into_iter().peekable();
                     while tasks.peek().is_some() {
@@ -157,6 +233,14 @@ impl Planner {
                     }
                     // Units not drawn go back as `units` drops.
                 }
+                // Its turn did not come: this draw gives it up (its units
+                // go back), not the others; a later draw probes instead.
+                Err(e) if src.fleet.is_some() && e.is_lock_timeout() => {
+                    tracing::debug!(error = %e, "a draw under a fleet limit missed its turn");
+                    let at = src.missed_turn();
+                    drawn.turn_at = Some(drawn.turn_at.map_or(at, |t| t.min(at)));
+                    (probe, drawn.probed) = (probing, drawn.probed && !probing);
+                }
                 Err(e) => {
                     drawn.error = Some(e);
                     break;
@@ -164,5 +248,30 @@ impl Planner {
             }
         }
         drawn
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missed_turn_sits_out_a_pause_that_doubles_to_a_second_and_starts_over_once_taken() {
+        let mut src = Source::new(vec!["n".into()], 1, Arc::from(Vec::new()));
+        src.fleet = Some(FleetLimit::queue("q", 1));
+        assert_eq!(src.sits_out(Instant::now()), None, "no turn missed yet");
+        let pauses: Vec<u128> = (0..7)
+            .map(|_| {
+                let at = src.missed_turn();
+                assert_eq!(src.sits_out(Instant::now()), Some(at), "it sits out until then");
+                src.turn.lock().unwrap().pause.as_millis()
+            })
+            .collect();
+        assert_eq!(pauses, [50, 100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(src.sits_out(Instant::now() + TURN_PAUSE_MAX), None, "and no longer");
+        src.took_turn();
+        assert_eq!(src.sits_out(Instant::now()), None);
+        src.missed_turn();
+        assert_eq!(src.turn.lock().unwrap().pause, TURN_PAUSE_FIRST, "a taken turn starts the pauses over");
     }
 }

@@ -15,6 +15,8 @@ use crate::options::{lease_millis, non_empty, ClaimRequest, Failure};
 use crate::statements::{run, run_opt, Binds};
 use crate::task::{opt_bool, opt_int8, text, Beat, ErrorEnvelope, Renewal, Task};
 
+mod limited;
+
 impl<E: PgExecutor> Store<E> {
     /// One claim pass: a cheap probe outside any transaction; if it finds an
     /// expired lease, one transaction that recovers expired leases and then
@@ -29,6 +31,12 @@ impl<E: PgExecutor> Store<E> {
     /// and the pass claims again in its place (up to `limit` more such rows,
     /// within a quarter of the lease), so a short answer means the queues
     /// ran dry, short of a run of unreadable rows longer than that.
+    ///
+    /// Under a [`ClaimRequest::fleet_limit`], the claim waits for its turn
+    /// [`FLEET_LIMIT_TURN_WAIT`](crate::FLEET_LIMIT_TURN_WAIT) at most:
+    /// past it (another claimer holds the turn that long), it fails with
+    /// [`Error::LockTimeout`], having claimed nothing, and may be tried
+    /// again at once.
     pub async fn claim(&self, req: &ClaimRequest) -> Result<Vec<Task>> {
         non_empty("worker_id", &req.worker_id)?;
         lease_millis(req.lease)?;
@@ -102,17 +110,17 @@ impl<E: PgExecutor> Store<E> {
 
     /// The claim statement: alone in autocommit when it can be, in one
     /// transaction after lease recovery (`recover`) or after a fleet
-    /// limit's lock, which must be held while the running rows are counted
-    /// and the claim commits.
+    /// limit's lock (its turn, waited for a short while only), which must
+    /// be held while the running rows are counted and the claim commits.
     async fn draw(&self, req: &ClaimRequest, recover: bool) -> Result<Vec<Task>> {
         if !recover && req.fleet_limit.is_none() {
             return claim_draw(&mut self.session()?, req).await;
         }
-        let mut tx = self.begin(Lane::Ordinary).await?;
+        let mut tx = match &req.fleet_limit {
+            Some(limit) => self.begin_turn(limit).await?,
+            None => self.begin(Lane::Ordinary).await?,
+        };
         let out = async {
-            if let Some(limit) = &req.fleet_limit {
-                run(&mut tx, Statement::LockKey, vec![("key", limit.lock_key().into())]).await?;
-            }
             if recover {
                 recover_leases(&mut tx).await?;
             }
@@ -380,7 +388,7 @@ async fn recover_leases<S: PgSession + ?Sized>(s: &mut S) -> Result<usize> {
 /// serve the claim order.
 async fn claim_draw<S: PgSession + ?Sized>(s: &mut S, req: &ClaimRequest) -> Result<Vec<Task>> {
     if let Some(limit) = &req.fleet_limit {
-        return claim_limited(s, req, limit).await;
+        return limited::claim_limited(s, req, limit).await;
     }
     let one_queue = match req.queues.as_slice() {
         [q] => Some(q.as_str()),
@@ -414,40 +422,6 @@ async fn claim_draw<S: PgSession + ?Sized>(s: &mut S, req: &ClaimRequest) -> Res
         }
     };
     claimed(s, stmt, binds, &req.worker_id).await
-}
-
-/// How many due rows per queue a limited claim looks at: enough to fill
-/// the claim, and, with groups, some more for groups that have fewer free
-/// slots than rows in the scan (the rows of groups at their limit are
-/// passed over by the statement, so they never fill the scan).
-fn limited_scan(limit: i64, grouped: bool) -> i64 {
-    if grouped {
-        limit.saturating_mul(2).clamp(256, 4096)
-    } else {
-        limit
-    }
-}
-
-async fn claim_limited<S: PgSession + ?Sized>(
-    s: &mut S,
-    req: &ClaimRequest,
-    limit: &crate::FleetLimit,
-) -> Result<Vec<Task>> {
-    let group = limit.group();
-    let binds: Binds = vec![
-        ("worker_id", req.worker_id.as_str().into()),
-        ("lease_ms", lease_millis(req.lease)?.into()),
-        ("queues", req.queues.clone().into()),
-        ("names", req.names.clone().into()),
-        ("limit", req.limit.into()),
-        ("limit_queue", limit.scope_queue().into()),
-        ("limit_name", limit.scope_name().into()),
-        ("group_in", group.map(crate::GroupKey::column).into()),
-        ("group_path", group.map(|g| g.path().to_vec()).into()),
-        ("max_running", limit.max_running().into()),
-        ("scan", limited_scan(req.limit, group.is_some()).into()),
-    ];
-    claimed(s, Statement::ClaimLimited, binds, &req.worker_id).await
 }
 
 /// Runs a claim statement, whose rows are `Task::from_claimed_rows`'.
