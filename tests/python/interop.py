@@ -154,6 +154,14 @@ def register_handlers(worker: Worker, runs: list[dict[str, Any]], cancels: list[
         ran(ctx, payload)
         return {"echo": payload, "sum": payload["x"] + 1, "by": "python"}
 
+    @worker.task("py.echo")
+    async def echo(ctx, payload):
+        # Any JSON value in, the same value out as the result; what the
+        # handler saw of its metadata goes in the report.
+        ran(ctx, payload)
+        runs[-1]["metadata"] = ctx.metadata
+        return payload
+
     @worker.task("py.boom")
     async def boom(ctx, payload):
         ran(ctx, payload)

@@ -23,10 +23,13 @@
 //!
 //! **Traces.** A submit starts a `submit <queue>` span (kind producer),
 //! child of the caller's current span, and writes its context into each
-//! task's metadata as W3C `traceparent` (and `tracestate`) keys. A worker's
-//! run of the task is a `run <queue>` span (kind consumer) whose parent is
-//! that context, so the submitter's trace holds the run, also when a cairnq
-//! client wrote the keys (see [`propagation`]). The run's span is the
+//! task's metadata as W3C `traceparent` (and `tracestate`) keys, when that
+//! metadata is a JSON object: metadata of another kind (a string, an
+//! array, null) is left as written, and its task's run starts a trace of
+//! its own. A worker's run of the task is a `run <queue>` span (kind
+//! consumer) whose parent is that context, so the submitter's trace holds
+//! the run, also when a cairnq client wrote the keys (see
+//! [`propagation`]). The run's span is the
 //! current context while the handler is polled: the handler's own spans,
 //! and tasks it submits, are its children. Claims (that claimed something)
 //! and settlement writes are `claim <queue>` and `settle` spans (kind

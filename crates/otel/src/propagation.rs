@@ -27,7 +27,9 @@ pub fn extract(metadata: &Json) -> Option<SpanContext> {
 }
 
 /// Writes `cx` into the metadata object (a valid context only; anything
-/// else in the object is kept).
+/// else in the object is kept). Metadata that is not an object (a string,
+/// a number, an array, null: any JSON value is a task's metadata) is left
+/// as written, without the context: a task's metadata is its submitter's.
 pub fn inject(cx: &SpanContext, metadata: &mut Json) {
     let Some(object) = metadata.as_object_mut().filter(|_| cx.is_valid()) else { return };
     object.insert(TRACEPARENT.to_owned(), Json::String(format_traceparent(cx)));
@@ -118,5 +120,16 @@ mod tests {
         // Not a string, or not there: no context.
         assert!(extract(&json!({TRACEPARENT: 7})).is_none());
         assert!(extract(&json!({})).is_none());
+    }
+
+    #[test]
+    fn metadata_that_is_not_an_object_is_left_as_written() {
+        let cx = parse_traceparent(SAMPLE, TraceState::default()).expect("valid");
+        for written in [json!("42"), json!(null), json!([SAMPLE]), json!(7), json!(true)] {
+            let mut metadata = written.clone();
+            inject(&cx, &mut metadata);
+            assert_eq!(metadata, written);
+            assert!(extract(&metadata).is_none(), "{metadata}");
+        }
     }
 }

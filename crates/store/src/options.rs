@@ -71,7 +71,7 @@ impl FromStr for Conflict {
 pub struct NewTask {
     /// Handler name; must not be empty.
     pub name: String,
-    /// Input. Defaults to `{}`.
+    /// Input: any JSON value, written and read back as it is.
     pub payload: Json,
     /// Deduplication key. Defaults to none.
     pub key: Option<String>,
@@ -83,7 +83,8 @@ pub struct NewTask {
     pub max_attempts: i32,
     /// Higher runs first. Defaults to 0.
     pub priority: i32,
-    /// A JSON object. Defaults to `{}`.
+    /// Any JSON value, written and read back as it is (as cairnq's SDKs
+    /// do); an object by convention. Defaults to `{}`.
     pub metadata: Json,
     /// Delay before the task is due, in whole milliseconds (rounded down).
     /// Defaults to none.
@@ -145,7 +146,7 @@ impl NewTask {
         self
     }
 
-    /// Sets the metadata object.
+    /// Sets the metadata: any JSON value, kept as it is.
     pub fn metadata(mut self, metadata: Json) -> Self {
         self.metadata = metadata;
         self
@@ -214,9 +215,6 @@ impl NewTask {
                 "delay of {:?} is too long: at most 10,000 years",
                 self.delay
             )));
-        }
-        if !self.metadata.is_object() {
-            return Err(Error::invalid("metadata must be a JSON object"));
         }
         Ok(())
     }

@@ -88,7 +88,7 @@ pub struct Task {
     pub result: Option<Json>,
     /// The error envelope of the last failure (see [`ErrorEnvelope`]).
     pub error: Option<Json>,
-    /// Free-form metadata (a JSON object).
+    /// Free-form metadata: any JSON value, an object by convention.
     pub metadata: Json,
     /// Progress in `[0, 1]`, as the handler last reported it.
     pub progress: Option<f64>,

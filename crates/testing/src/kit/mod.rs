@@ -28,12 +28,14 @@ use waymark_store::{ClaimRequest, ListFilter, PgExecutor, Store};
 
 mod admin;
 mod claim;
+mod json_values;
 mod settle;
 mod submit;
 mod unreadable;
 
 pub use admin::*;
 pub use claim::*;
+pub use json_values::*;
 pub use settle::*;
 pub use submit::*;
 pub use unreadable::*;
@@ -72,6 +74,7 @@ macro_rules! store_contract {
             a_row_it_cannot_read_stops_nothing,
             a_column_added_by_an_operator_is_never_read,
             an_attempt_out_of_range_stops_no_claim,
+            every_json_value_is_kept_as_written,
         );
     };
     (@cases $make:path; $schema:ty; $($case:ident),* $(,)?) => {
@@ -122,6 +125,7 @@ mod tests {
         let files = [
             include_str!("admin.rs"),
             include_str!("claim.rs"),
+            include_str!("json_values.rs"),
             include_str!("settle.rs"),
             include_str!("submit.rs"),
             include_str!("unreadable.rs"),
