@@ -1,7 +1,9 @@
--- params: results jsonb, ids text[], attempts int4[], worker_id text
--- waymark addition: `complete` for many tasks of one worker in one
--- statement. Each row is ownership-checked exactly as `complete` checks it,
--- and takes the same branch (a requested cancel wins). One row comes back,
+-- params: results jsonb, ids text[], worker_ids text[]
+-- waymark addition: `complete` for many tasks in one statement, each held
+-- by its own owner: worker_ids runs beside ids, worker_ids[i] the owner
+-- (the claim's worker_id) of ids[i] (a NULL owner owns nothing). Each row
+-- is ownership-checked exactly as `complete` checks it, and takes the same
+-- branch (a requested cancel wins). One row comes back,
 -- naming only the exceptions: `lost`, the ids that settled nothing (their
 -- lease was lost), and `canceled`, those a requested cancel settled; every
 -- other id of `ids` (a NULL one names no task) succeeded. A row per task
@@ -11,11 +13,6 @@
 -- the results that are not JSON null: a task it does not name succeeds with
 -- a JSON null result, as `complete` with a null result would (a batch of
 -- handlers that return nothing sends an empty object).
--- waymark's optional fence: attempts runs beside ids, attempts[i] the attempt
--- of the claim being settled for ids[i]; that row settles only on that claim
--- (see fail.sql). -1 or NULL (or attempts NULL, or shorter than ids) fences
--- nothing: that id is checked as `complete` checks it. (An array, not a JSON
--- object: nothing to build or parse per task.)
 -- The ids reach the update as an array built by a sub-select, whose length
 -- the planner cannot see: it finds each row through the primary key
 -- whatever the statistics say (protocol-sql/README.md), as it would not a
@@ -34,13 +31,13 @@
 -- in its physical order; a deadlock with a heartbeat is possible there,
 -- and PostgreSQL ends one of the two: the heartbeat is retried, and the
 -- worker settles that batch again one task at a time.
--- The fence tests are hashed once per statement, not searched per row.
+-- The owners are hashed once per statement, not searched per row.
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
 ),
-fences as (
-    select f.id, coalesce(f.attempt, -1) as attempt
-      from unnest(:ids, :attempts) as f(id, attempt)
+owners as (
+    select o.id, o.worker_id
+      from unnest(:ids, :worker_ids) as o(id, worker_id)
 ),
 settled as (
     update cairnq_tasks as t
@@ -58,18 +55,17 @@ settled as (
        -- `is true`: no index on status serves this test, so the planner
        -- keeps to the primary key however stale its statistics.
        and (t.status = 'running') is true
-       and t.worker_id = :worker_id
        and t.lease_until_ms > clock.now_ms
-       and (
-           (t.id, t.attempt) in (select fences.id, fences.attempt from fences where fences.attempt >= 0)
-           or t.id in (select fences.id from fences where fences.attempt < 0)
-       )
+       -- `is true` again: a filter on each row (hashed once), never a join
+       -- of the rows with the owners, which would take them in the owners'
+       -- order rather than the primary key's.
+       and ((t.id, t.worker_id) in (select owners.id, owners.worker_id from owners)) is true
     returning t.id, t.status
 )
 select array(
-           select f.id
-             from fences f
-            where f.id is not null
-              and not exists (select 1 from settled s where s.id = f.id)
+           select o.id
+             from owners o
+            where o.id is not null
+              and not exists (select 1 from settled s where s.id = o.id)
        ) as lost,
        array(select s.id from settled s where s.status = 'canceled') as canceled

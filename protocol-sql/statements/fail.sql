@@ -1,13 +1,9 @@
--- params: retryable bool, error jsonb, delay_ms int8, id text, worker_id text, attempt int4
+-- params: retryable bool, error jsonb, delay_ms int8, id text, worker_id text
 -- Owned write. The error is kept on every branch. A requested cancel wins;
 -- a retryable failure with attempts left goes back to the queue, due after
 -- delay_ms; anything else is failed for good. The branch is decided on the
 -- locked row itself (not a snapshot read beside it), so a cancel that commits
 -- while this statement waits for the row is still honoured.
--- waymark's optional fence: with attempt bound, the write lands only on that
--- claim of the task, so a settlement resent after a lost answer can never
--- requeue or fail a later claim of the same task by the same worker. NULL
--- is the protocol's statement exactly.
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
 )
@@ -45,7 +41,6 @@ update cairnq_tasks as t
    and t.status = 'running'
    and t.worker_id = :worker_id
    and t.lease_until_ms > clock.now_ms
-   and (:attempt::int4 is null or t.attempt = :attempt)
 returning t.id, t.name, t.queue, t.status, t.payload, t.result, t.error, t.metadata,
           t.progress, t.message, t.attempt, t.max_attempts, t.priority, t.worker_id,
           t.lease_until_ms, t.run_at_ms, t.cancel_requested_at_ms, t.parent_id,

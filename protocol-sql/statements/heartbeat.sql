@@ -1,8 +1,6 @@
--- params: lease_ms int8, id text, worker_id text, attempt int4
+-- params: lease_ms int8, id text, worker_id text
 -- Owned write: extends the lease of a task this worker still holds. No row back
 -- means the lease is lost.
--- waymark's optional fence: with attempt bound, the write lands only on that
--- claim of the task (see fail.sql). NULL is the protocol's statement exactly.
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
 )
@@ -14,7 +12,6 @@ update cairnq_tasks as t
    and t.status = 'running'
    and t.worker_id = :worker_id
    and t.lease_until_ms > clock.now_ms
-   and (:attempt::int4 is null or t.attempt = :attempt)
 returning t.id, t.name, t.queue, t.status, t.payload, t.result, t.error, t.metadata,
           t.progress, t.message, t.attempt, t.max_attempts, t.priority, t.worker_id,
           t.lease_until_ms, t.run_at_ms, t.cancel_requested_at_ms, t.parent_id,

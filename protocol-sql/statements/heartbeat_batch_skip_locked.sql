@@ -1,4 +1,11 @@
--- params: lease_ms int8, ids text[], worker_id text
+-- params: lease_ms int8, ids text[], worker_id text, worker_ids text[]
+-- waymark's per-claim owners: worker_ids, when bound, runs beside ids and
+-- names the owner (the claim's worker_id) of each id, worker_id standing in
+-- for a NULL element; NULL (what the protocol's callers send) makes
+-- worker_id the owner of every id, the protocol's statement exactly. The
+-- owner test is written `(...) is true`, so it stays a filter on each row
+-- (its set hashed once) and never becomes a join that would take the rows
+-- in another order than the primary key's.
 -- waymark addition: heartbeat_batch that never waits for a row lock. A row
 -- another transaction holds (a settlement or a progress write in flight, a
 -- handler's own transaction, an operator's update) is skipped, so one held
@@ -22,12 +29,16 @@
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
 ),
+owners as (
+    select w.id, coalesce(w.worker_id, :worker_id) as worker_id
+      from unnest(:ids, :worker_ids) as w(id, worker_id)
+),
 owned as materialized (
     select o.id, o.cancel_requested_at_ms
       from cairnq_tasks as o
      where o.id = any(:ids)
        and (o.status = 'running') is true
-       and o.worker_id = :worker_id
+       and ((o.id, o.worker_id) in (select owners.id, owners.worker_id from owners)) is true
        and (o.lease_until_ms > (select now_ms from clock)) is true
 ),
 renewed as (
@@ -40,7 +51,7 @@ renewed as (
                  from cairnq_tasks as l
                 where l.id = any(array(select id from owned))
                   and (l.status = 'running') is true
-                  and l.worker_id = :worker_id
+                  and ((l.id, l.worker_id) in (select owners.id, owners.worker_id from owners)) is true
                   and (l.lease_until_ms > (select now_ms from clock)) is true
                 order by l.id
                   for no key update skip locked

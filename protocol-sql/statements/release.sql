@@ -1,4 +1,4 @@
--- params: delay_ms int8, id text, worker_id text, attempt int4
+-- params: delay_ms int8, id text, worker_id text
 -- waymark addition. Owned write. Gives a running task back without
 -- spending its attempt: queued again and due after delay_ms (0 at shutdown,
 -- the handler's wait for a snooze), the claim's attempt increment undone,
@@ -6,10 +6,10 @@
 -- A requested cancel wins, as in every settlement: canceled, worker kept.
 -- The status change to queued fires cairnq_queued (migration 0003), so
 -- another worker can take it at once.
--- waymark's optional fence: with attempt bound, the write lands only on that
--- claim of the task, so a settlement resent after a lost answer can never
--- requeue or fail a later claim of the same task by the same worker. NULL
--- is the protocol's statement exactly.
+-- Because the attempt is given back, a later claim of the task can carry
+-- the same attempt number; only the worker_id tells two claims apart, which
+-- is why waymark's worker claims under an id of its own per claim
+-- (protocol-sql/README.md, "One claim, one owner").
 with clock as (
     select (extract(epoch from now()) * 1000)::bigint as now_ms
 )
@@ -32,7 +32,6 @@ update cairnq_tasks as t
    and t.status = 'running'
    and t.worker_id = :worker_id
    and t.lease_until_ms > clock.now_ms
-   and (:attempt::int4 is null or t.attempt = :attempt)
 returning t.id, t.name, t.queue, t.status, t.payload, t.result, t.error, t.metadata,
           t.progress, t.message, t.attempt, t.max_attempts, t.priority, t.worker_id,
           t.lease_until_ms, t.run_at_ms, t.cancel_requested_at_ms, t.parent_id,

@@ -43,7 +43,7 @@ where
 }
 
 /// [`hooked`] for the statement as sent with the optional filters named in
-/// `bound` on (bound non-null), such as an owned write's `attempt` fence.
+/// `bound` on (bound non-null), such as an optional filter of `list`.
 pub fn hooked_with<E, F>(
     store: &Store<E>,
     statement: Statement,

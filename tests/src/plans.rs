@@ -131,7 +131,10 @@ pub async fn explain_hot_statements(client: &mut Client, running: &[String], ana
     );
     // The worker's fence: each id's claim attempt (see complete_batch.sql),
     // and a few leases with none (-1), so both fence tests are planned.
-    let attempts: Vec<i32> = (0..ids.len()).map(|i| if i % 8 == 7 { -1 } else { 1 }).collect();
+    // Each id's owner, as the worker binds them (one claim's id each).
+    let owners: Vec<String> = ids.iter().map(|_| WORKER.to_owned()).collect();
+    let no_owners: Option<Vec<String>> = None;
+    let no_worker: Option<String> = None;
     let queues = vec![QUEUE.to_owned()];
     let two_queues = vec![QUEUE.to_owned(), "plans-other".to_owned()];
     let names = vec![NAME.to_owned()];
@@ -188,22 +191,37 @@ pub async fn explain_hot_statements(client: &mut Client, running: &[String], ana
         Case {
             stmt: Statement::CompleteBatch,
             how: "",
-            binds: vec![
-                ("results", &results),
-                ("ids", &ids),
-                ("worker_id", &WORKER),
-                ("attempts", &attempts),
-            ],
+            binds: vec![("results", &results), ("ids", &ids), ("worker_ids", &owners)],
         },
         Case {
             stmt: Statement::HeartbeatBatch,
             how: "",
-            binds: vec![("lease_ms", &lease_ms), ("ids", &ids), ("worker_id", &WORKER)],
+            binds: vec![
+                ("lease_ms", &lease_ms),
+                ("ids", &ids),
+                ("worker_id", &WORKER),
+                ("worker_ids", &no_owners),
+            ],
+        },
+        Case {
+            stmt: Statement::HeartbeatBatch,
+            how: "an owner per id",
+            binds: vec![
+                ("lease_ms", &lease_ms),
+                ("ids", &ids),
+                ("worker_id", &no_worker),
+                ("worker_ids", &owners),
+            ],
         },
         Case {
             stmt: Statement::HeartbeatBatchSkipLocked,
-            how: "",
-            binds: vec![("lease_ms", &lease_ms), ("ids", &ids), ("worker_id", &WORKER)],
+            how: "an owner per id",
+            binds: vec![
+                ("lease_ms", &lease_ms),
+                ("ids", &ids),
+                ("worker_id", &no_worker),
+                ("worker_ids", &owners),
+            ],
         },
         Case { stmt: Statement::RecoverLeases, how: "", binds: vec![("lease_expired_error", &envelope)] },
     ];

@@ -96,19 +96,18 @@ async fn a_keyed_submit_whose_commit_answer_was_lost_resubmits_into_the_same_tas
 }
 
 /// A retryable `fail` that committed but lost its answer, resent after the
-/// same worker claimed the task again: fenced to its attempt, the resend
-/// finds nothing to settle and leaves the new claim alone. Without the
-/// fence (the protocol's own check of id, worker and lease), the same
-/// resend would have requeued the new claim.
+/// same worker claimed the task again under the next claim's id: fenced to
+/// the first claim's id, the resend finds nothing to settle and leaves the
+/// new claim alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resent_failure_never_lands_on_a_later_claim() {
     let schema = TestSchema::new().await;
     let proxy = proxy_for(&schema.url).await;
     let store = store_through(&proxy, &schema).await;
     let task = store.submit(NewTask::new("fenced", json!({}))).await.expect("submit");
-    let claim = ClaimRequest::new("w1", ["default"]).limit(1);
-    let first = store.claim(&claim).await.expect("claim")[0].lease().expect("claimed");
-    assert_eq!(first.attempt(), Some(1));
+    // A claim id each, as the worker claims.
+    let claim = |n: u32| ClaimRequest::new(format!("w1/{n}"), ["default"]).limit(1);
+    let first = store.claim(&claim(1)).await.expect("claim")[0].lease().expect("claimed");
 
     let failure = Failure::new(json!({"type": "E", "code": "task_error", "message": "m", "retryable": true}));
     proxy.arm("The error is kept on every branch");
@@ -119,17 +118,17 @@ async fn a_resent_failure_never_lands_on_a_later_claim() {
     assert_eq!((after.status, after.attempt), (TaskStatus::Queued, 1), "the failure did commit");
 
     // Backoff 0: the same worker claims the task again before the resend.
-    assert_eq!(store.claim(&claim).await.expect("claim again")[0].attempt, 2);
-    let resent = store.fail(&first, &failure).await.expect_err("fenced to attempt 1");
+    assert_eq!(store.claim(&claim(2)).await.expect("claim again")[0].attempt, 2);
+    let resent = store.fail(&first, &failure).await.expect_err("fenced to the first claim's id");
     assert!(resent.is_lost_lease(), "{resent}");
     let now = store.fetch(&task.id).await.expect("fetch");
     assert_eq!((now.status, now.attempt), (TaskStatus::Running, 2), "the new claim is untouched");
     let released = store.release(&first).await.expect_err("release is fenced too");
     assert!(released.is_lost_lease(), "{released}");
 
-    // The protocol's unfenced form lands on the new claim: the hazard.
-    let unfenced = Lease::new(&task.id, "w1");
-    let landed = store.fail(&unfenced, &failure).await.expect("lands on attempt 2");
+    // Under the new claim's id, the same write lands on it.
+    let second = Lease::new(&task.id, "w1/2");
+    let landed = store.fail(&second, &failure).await.expect("lands on attempt 2");
     assert_eq!((landed.status, landed.attempt), (TaskStatus::Queued, 2));
     schema.drop().await;
 }

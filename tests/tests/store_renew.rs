@@ -27,6 +27,11 @@ async fn three_claimed(store: &Store<PgPool>) -> Vec<String> {
     ids
 }
 
+/// `worker`'s leases of `ids`.
+fn leases(ids: &[String], worker: &str) -> Vec<Lease> {
+    ids.iter().map(|id| Lease::new(id, worker)).collect()
+}
+
 /// Holds `id`'s row in a transaction that has settled it with `result` but
 /// not committed: the row stays locked until the transaction ends.
 async fn settling(store: &Store<PgPool>, id: &str, result: serde_json::Value) -> PoolTransaction {
@@ -47,7 +52,7 @@ async fn a_row_held_past_the_wait_is_kept_not_lost() {
 
     let mut asked = ids.clone();
     asked.insert(0, "task_not_mine".to_owned());
-    let renewal = store.renew_leases(&asked, "w1", lease, wait).await.expect("renew");
+    let renewal = store.renew_leases(&leases(&asked, "w1"), lease, wait).await.expect("renew");
     assert_eq!(ids_of(&renewal.renewed), [ids[0].clone(), ids[2].clone()], "renewed, in the order asked");
     assert_eq!(ids_of(&renewal.held), [ids[1].clone()], "held by the open transaction");
     assert!(renewal.renewed[1].cancel_requested_at_ms.is_some(), "a cancel request is shown");
@@ -60,14 +65,14 @@ async fn a_row_held_past_the_wait_is_kept_not_lost() {
     let held = store.fetch(&ids[1]).await.expect("get");
     assert_eq!((held.status, held.worker_id.as_deref()), (TaskStatus::Running, Some("w1")), "still w1's");
     assert!(held.lease_until_ms.expect("lease") < held.updated_at_ms + 90_000, "not renewed while held");
-    let renewal = store.renew_leases(&ids, "w1", lease, wait).await.expect("renew");
+    let renewal = store.renew_leases(&leases(&ids, "w1"), lease, wait).await.expect("renew");
     assert_eq!((ids_of(&renewal.renewed), renewal.held.len()), (ids.clone(), 0), "free again: renewed");
     let t = store.fetch(&ids[1]).await.expect("get");
     assert!(t.lease_until_ms.expect("lease") >= t.updated_at_ms + 90_000);
 
-    let other = store.renew_leases(&ids, "w2", lease, wait).await.expect("renew");
+    let other = store.renew_leases(&leases(&ids, "w2"), lease, wait).await.expect("renew");
     assert!(other.renewed.is_empty() && other.held.is_empty(), "another worker owns none of them");
-    assert_eq!(store.renew_leases(&[], "w1", lease, wait).await.expect("empty"), Default::default());
+    assert_eq!(store.renew_leases(&leases(&[], "w1"), lease, wait).await.expect("empty"), Default::default());
     schema.drop().await;
 }
 
@@ -85,7 +90,7 @@ async fn a_row_settled_while_its_renewal_waits_is_reported_lost() {
     let s = store.clone();
     let asked = ids.clone();
     let renewing = tokio::spawn(async move {
-        s.renew_leases(&asked, "w1", Duration::from_secs(60), Duration::from_secs(30)).await
+        s.renew_leases(&leases(&asked, "w1"), Duration::from_secs(60), Duration::from_secs(30)).await
     });
     let holder: i32 = tx.client().query_one("select pg_backend_pid()", &[]).await.expect("pid").get(0);
     let admin = waymark_tests::db::admin_client(&schema.url).await;
@@ -121,8 +126,10 @@ async fn a_row_locked_for_long_does_not_cost_another_held_row_its_renewal() {
         brief.rollback().await.expect("release the second");
     });
     let started = std::time::Instant::now();
-    let renewal =
-        store.renew_leases(&ids, "w1", Duration::from_secs(60), Duration::from_secs(4)).await.expect("renew");
+    let renewal = store
+        .renew_leases(&leases(&ids, "w1"), Duration::from_secs(60), Duration::from_secs(4))
+        .await
+        .expect("renew");
     let took = started.elapsed();
     release.await.expect("join");
     assert!(took >= Duration::from_millis(1500), "the second row waited behind the first's share: {took:?}");
@@ -177,7 +184,7 @@ async fn many_rows_held_by_one_short_transaction_are_renewed_together() {
     });
     locked.await.expect("rows held");
     let renewal = store
-        .renew_leases(&ids, "w1", Duration::from_secs(90), Duration::from_millis(150))
+        .renew_leases(&leases(&ids, "w1"), Duration::from_secs(90), Duration::from_millis(150))
         .await
         .expect("renew");
     hold.await.expect("join");

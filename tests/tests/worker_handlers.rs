@@ -626,12 +626,11 @@ async fn a_handlers_own_settlement_cut_short_is_made_by_the_worker() {
     use waymark_store::protocol::Statement;
     let schema = TestSchema::new().await;
     let plain = pool_store(&schema).await;
-    // The first `fail` with its attempt fence waits a while before it runs.
-    let (store, _answered) =
-        waymark_tests::fault_executor::hooked_with(&plain, Statement::Fail, &["attempt"], 1, async {
-            // Real time: longer than the run's limit below.
-            tokio::time::sleep(Duration::from_millis(600)).await;
-        });
+    // The first `fail` waits a while before it runs.
+    let (store, _answered) = waymark_tests::fault_executor::hooked(&plain, Statement::Fail, 1, async {
+        // Real time: longer than the run's limit below.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+    });
     let store = Arc::new(store);
     let w = Worker::builder(store.clone())
         .queues(["own"])

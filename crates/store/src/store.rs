@@ -23,6 +23,7 @@ use crate::value::Value;
 
 mod claim;
 mod reads;
+mod renew;
 mod settle;
 mod submit;
 
@@ -233,11 +234,7 @@ async fn owned<S: PgSession + ?Sized>(
     lease: &Lease,
 ) -> Result<Task> {
     lease.check()?;
-    binds.extend([
-        ("id", Value::from(lease.task_id())),
-        ("worker_id", Value::from(lease.worker_id())),
-        ("attempt", lease.attempt().into()),
-    ]);
+    binds.extend([("id", Value::from(lease.task_id())), ("worker_id", Value::from(lease.worker_id()))]);
     task_opt(s, stmt, binds).await?.ok_or_else(|| Error::LostLease {
         task_id: lease.task_id().to_owned(),
         worker_id: lease.worker_id().to_owned(),

@@ -67,8 +67,10 @@ pub(crate) type CallHold =
 /// The worker's record of one unsettled task, shared with its handler.
 #[derive(Debug)]
 pub(crate) struct Running {
-    /// The claim, fenced to its attempt: the worker's own writes name it.
+    /// The claim, under its own worker id: the worker's own writes name it.
     pub(crate) lease: Lease,
+    /// The claim's attempt.
+    attempt: i32,
     /// The token: the first reason it fired for ([`CancelReason::code`]),
     /// 0 while it has not; `fired` wakes those waiting on it. (A channel
     /// would cost an allocation per task for what one byte holds.)
@@ -107,9 +109,15 @@ impl std::fmt::Debug for Observed {
 }
 
 impl Running {
-    pub(crate) fn new(lease: Lease, events: Events, scope: Option<Box<dyn RunScope>>) -> Arc<Self> {
+    pub(crate) fn new(
+        lease: Lease,
+        attempt: i32,
+        events: Events,
+        scope: Option<Box<dyn RunScope>>,
+    ) -> Arc<Self> {
         Arc::new(Running {
             lease,
+            attempt,
             events,
             scope: Observed(scope),
             observed: AtomicBool::new(false),
@@ -135,7 +143,7 @@ impl Running {
     }
 
     pub(crate) fn attempt(&self) -> i32 {
-        self.lease.attempt().unwrap_or(0)
+        self.attempt
     }
 
     /// Polls (or calls) the run's code inside the observer's context.
@@ -420,12 +428,15 @@ impl<E> TaskContext<E> {
         &self.task.metadata
     }
 
-    /// The worker running it.
+    /// The worker id this run's claim holds the task under, as the row's
+    /// `worker_id` shows it while it runs: the worker's id, `/`, and the
+    /// claim's number (see [`TaskContext::lease`]).
     pub fn worker_id(&self) -> &str {
         self.running.lease.worker_id()
     }
 
-    /// This run's lease, fenced to its attempt, for owned writes made
+    /// This run's lease, under its claim's own worker id (so no write made
+    /// with it can land on a later claim of the task), for owned writes made
     /// through [`TaskContext::store`] directly. A settlement written that
     /// way is the handler's own: the worker's settlement after it finds
     /// the task settled and is dropped, and no event reports it; settle
@@ -548,7 +559,7 @@ impl<E: PgExecutor> TaskContext<E> {
     /// answer, or this future is dropped mid-write (a time limit, a
     /// `select!`), the worker makes this settlement when the run ends,
     /// whatever the handler returned (a resend of one that had landed finds
-    /// no lease, fenced to the attempt, and changes nothing).
+    /// no lease, fenced to this claim's worker id, and changes nothing).
     async fn settle_now(&self, settlement: Settlement) -> Result<Option<Task>> {
         if self.running.is_lost() {
             return Err(self.lost());

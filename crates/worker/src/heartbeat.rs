@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use waymark_store::PgExecutor;
+use waymark_store::{Lease, PgExecutor};
 
 use crate::context::{CancelReason, Running};
 use crate::worker::Shared;
@@ -39,14 +39,14 @@ pub(crate) async fn heartbeat_loop<E: PgExecutor + 'static>(shared: Arc<Shared<E
         if held.is_empty() {
             continue;
         }
-        let ids: Vec<String> = held.iter().map(|r| r.id().to_owned()).collect();
+        let leases: Vec<Lease> = held.iter().map(|r| r.lease.clone()).collect();
         // The rows another transaction holds locked are waited for,
         // together and then if need be one by one, within half an interval
         // in all and at most 5 s (well under the pool's query timeout); the
         // others are renewed first, without waiting. One still locked then
         // stays ours, and the next beat tries again.
         let wait = (shared.settings.heartbeat / 2).min(HELD_ROWS_WAIT);
-        match shared.store.renew_leases(&ids, &shared.settings.worker_id, shared.settings.lease, wait).await {
+        match shared.store.renew_leases(&leases, shared.settings.lease, wait).await {
             Ok(renewal) => {
                 let owned: HashMap<&str, Option<i64>> = renewal
                     .renewed

@@ -51,6 +51,9 @@ pub(crate) fn register_calls<E: PgExecutor + 'static>(
     calls: Vec<Call>,
 ) -> Vec<Registered> {
     let observer = shared.store.observer();
+    // The claim's own worker id, shared by the leases of its tasks (one
+    // claim draws them all under one).
+    let mut owner: Arc<str> = shared.settings.worker_id.clone();
     let registered: Vec<Registered> = calls
         .into_iter()
         .map(|Call { tasks, units, ahead }| {
@@ -58,9 +61,11 @@ pub(crate) fn register_calls<E: PgExecutor + 'static>(
                 .iter()
                 .map(|task| {
                     let scope = observer.and_then(|o| o.run(task));
-                    let lease = Lease::shared(Arc::from(task.id.as_str()), shared.settings.worker_id.clone())
-                        .on_attempt(task.attempt);
-                    Running::new(lease, shared.state.events.clone(), scope)
+                    if let Some(id) = task.worker_id.as_deref().filter(|id| *id != &*owner) {
+                        owner = Arc::from(id);
+                    }
+                    let lease = Lease::shared(Arc::from(task.id.as_str()), owner.clone());
+                    Running::new(lease, task.attempt, shared.state.events.clone(), scope)
                 })
                 .collect();
             Registered { tasks, units, running, ahead }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
-use waymark_store::{ExecError, PgExecutor, Result, Settled, Settlement, Store};
+use waymark_store::{PgExecutor, Result, Settled, Settlement, Store};
 
 use crate::budget::StatementBudget;
 use crate::run::{handed_answer, Ended, Handoff};
@@ -308,19 +308,11 @@ async fn flush<E: PgExecutor + 'static>(
             // commit after all (its answer lost), each re-run finds its task
             // settled and reports a lost lease; the rows are right either way.
             tracing::warn!(error = %e, size = items.len(), "batched settlement failed; settling one by one");
-            // A snooze cannot be resent blind when the batch may have
-            // committed: it gives the attempt back, so its fence also
-            // matches this worker's re-claim of the task. Its run (or, for a
-            // handed-off call, a follow-up) resends it (`run::settle_again`),
-            // which stops once a re-claim here has marked that run lost.
-            let unknown = e.is_transient().then(|| e.exec_kind()).flatten();
+            // Every settlement, a snooze too, is fenced to its claim's own
+            // worker id: a resend of one that committed answers a lost
+            // lease, even after this worker claimed the task again.
             for (s, reply) in items.into_iter().zip(replies) {
-                let out = match (&s, unknown) {
-                    (Settlement::Snooze { .. }, Some(kind)) => {
-                        Err(ExecError::new(kind, e.to_string()).into())
-                    }
-                    _ => settle_one(store, &s).await,
-                };
+                let out = settle_one(store, &s).await;
                 // One by one, each call ends as it is answered.
                 reply.answer(s, out, again, &mut Ended::with_capacity(1), &mut follow_ups);
             }

@@ -1,19 +1,17 @@
-//! The worker's side before settlement: the claim pass, heartbeats,
-//! progress.
-
-use std::time::{Duration, Instant};
+//! The worker's side before settlement: the claim pass and progress
+//! (lease renewal is `renew.rs`).
 
 use waymark_protocol::Statement;
 
 use super::settle::fail;
-use super::{finish, format_ms, owned, Store};
+use super::{finish, owned, Store};
 use crate::error::{Error, Result};
 use crate::executor::{Lane, PgExecutor, PgSession};
 use crate::lease::Lease;
 use crate::observe;
 use crate::options::{lease_millis, non_empty, ClaimRequest, Failure};
 use crate::statements::{run, run_opt, Binds};
-use crate::task::{opt_bool, opt_int8, text, Beat, ErrorEnvelope, Renewal, Task};
+use crate::task::{ErrorEnvelope, Task};
 
 mod limited;
 
@@ -172,167 +170,6 @@ impl<E: PgExecutor> Store<E> {
         (readable, failed)
     }
 
-    /// Extends a lease; [`Error::LostLease`] if the worker no longer holds it.
-    pub async fn heartbeat(&self, lease: &Lease, length: Duration) -> Result<Task> {
-        let binds: Binds = vec![("lease_ms", lease_millis(length)?.into())];
-        owned(&mut self.session()?, Statement::Heartbeat, binds, lease).await
-    }
-
-    /// Extends every lease in `ids` at once. Returns the tasks still owned,
-    /// in the order of `ids`; a missing id is a lost lease.
-    pub async fn heartbeat_batch(
-        &self,
-        ids: &[String],
-        worker_id: &str,
-        length: Duration,
-    ) -> Result<Vec<Beat>> {
-        non_empty("worker_id", worker_id)?;
-        let lease_ms = lease_millis(length)?;
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let binds = beat_binds(ids, worker_id, lease_ms);
-        let mut beats: Vec<Beat> = run(&mut self.session()?, Statement::HeartbeatBatch, binds)
-            .await?
-            .into_iter()
-            .map(beat)
-            .collect::<Result<_>>()?;
-        let position = positions(ids);
-        beats.sort_by_key(|b| position.get(b.id.as_str()).copied());
-        Ok(beats)
-    }
-
-    /// Extends every lease in `ids`, as [`Store::heartbeat_batch`] does,
-    /// without letting a locked row hold back the others. One statement
-    /// renews every owned row it can lock at once and skips the rows another
-    /// transaction holds; those alone are then renewed in one statement
-    /// waiting up to 100 ms for each lock (about 200 ms in all), and if
-    /// that times out, one by one, in the order of `ids`, each waiting up to
-    /// 100 ms, then those still locked each with an equal share of what is
-    /// left of `wait` (all of them together take about `wait` at most, and
-    /// at least the first statement's 200 ms; keep it under the executor's
-    /// query timeout). A row still locked then, whose renewal failed, or
-    /// not tried after an earlier one failed, is reported
-    /// [`Renewal::held`], not lost: a later call renews it, and if its
-    /// lease runs out first the row drops out of the owned set as any lost
-    /// lease does. Both lists keep the order of `ids`; an id in neither has
-    /// lost its lease.
-    ///
-    /// `heartbeat_batch` waits for every lock in its one statement: a
-    /// transaction holding one task's row for long (an operator's update, a
-    /// handler that locked its own row) keeps every lease in the batch from
-    /// renewal meanwhile.
-    pub async fn renew_leases(
-        &self,
-        ids: &[String],
-        worker_id: &str,
-        length: Duration,
-        wait: Duration,
-    ) -> Result<Renewal> {
-        non_empty("worker_id", worker_id)?;
-        let lease_ms = lease_millis(length)?;
-        if ids.is_empty() {
-            return Ok(Renewal::default());
-        }
-        let binds = beat_binds(ids, worker_id, lease_ms);
-        let mut renewal = Renewal::default();
-        let mut owned = Vec::new();
-        for mut row in run(&mut self.session()?, Statement::HeartbeatBatchSkipLocked, binds).await? {
-            let renewed = opt_bool(&mut row, "renewed")? == Some(true);
-            let beat = beat(row)?;
-            if renewed {
-                renewal.renewed.push(beat);
-            } else {
-                owned.push(beat);
-            }
-        }
-        let done: std::collections::HashSet<&str> = renewal.renewed.iter().map(|b| b.id.as_str()).collect();
-        let mut held: Vec<Beat> = owned.into_iter().filter(|b| !done.contains(b.id.as_str())).collect();
-        let position = positions(ids);
-        if !held.is_empty() {
-            held.sort_by_key(|b| position.get(b.id.as_str()).copied());
-            // Bounded so that any `wait` fits PostgreSQL's timeouts.
-            let deadline = Instant::now() + wait.min(Duration::from_secs(3600));
-            // All of them first, in one statement with a short wait: the
-            // usual holder is the worker's own settlement batch, which
-            // commits within milliseconds and holds hundreds of rows, too
-            // many for a transaction each.
-            let all: Vec<String> = held.iter().map(|b| b.id.clone()).collect();
-            let mut stopped = false;
-            match self.renew_waiting(&all, worker_id, lease_ms, wait.min(SHORT_RENEWAL_WAIT)).await {
-                Ok(beats) => {
-                    renewal.renewed.extend(beats); // the rest were lost meanwhile
-                    held.clear();
-                }
-                // A deadlock with another transaction's locks is as passing.
-                Err(e) if waited_too_long(&e) || e.sqlstate() == Some("40P01") => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "renewing the leases whose rows were held failed");
-                    stopped = true;
-                }
-            }
-            // Then one row per transaction, so a row still locked at its
-            // bound costs only itself. First a short wait for each (the lock
-            // of a settlement or a progress write lasts about a commit),
-            // then an equal share of what is left for each still held, so
-            // one row locked for long cannot spend the others' wait.
-            for short in [true, false] {
-                let rows = std::mem::take(&mut held);
-                let count = rows.len();
-                for (i, was) in rows.into_iter().enumerate() {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if stopped || left.is_zero() {
-                        renewal.held.push(was);
-                        continue;
-                    }
-                    let share = left / u32::try_from(count - i).unwrap_or(u32::MAX);
-                    let bound = if short { share.min(SHORT_RENEWAL_WAIT) } else { share };
-                    match self.renew_waiting(std::slice::from_ref(&was.id), worker_id, lease_ms, bound).await
-                    {
-                        Ok(beats) => renewal.renewed.extend(beats), // none: lost meanwhile
-                        Err(e) if waited_too_long(&e) => held.push(was),
-                        Err(e) => {
-                            // Still owned as far as anyone knows; the next
-                            // call tries again. The renewals made stand.
-                            tracing::warn!(task = %was.id, error = %e, "renewing a lease whose row was held failed");
-                            renewal.held.push(was);
-                            stopped = true;
-                        }
-                    }
-                }
-            }
-            renewal.held.append(&mut held);
-        }
-        renewal.renewed.sort_by_key(|b| position.get(b.id.as_str()).copied());
-        renewal.held.sort_by_key(|b| position.get(b.id.as_str()).copied());
-        Ok(renewal)
-    }
-
-    /// `heartbeat_batch` of `ids` in a transaction whose lock waits end
-    /// after `wait`: the beats of those still owned.
-    async fn renew_waiting(
-        &self,
-        ids: &[String],
-        worker_id: &str,
-        lease_ms: i64,
-        wait: Duration,
-    ) -> Result<Vec<Beat>> {
-        // `lock_timeout` bounds each lock wait, one per row at worst; the
-        // statement bounds them together, with room (as much again, 100 ms
-        // at least, 1 s at most) for a renewal slow for want of CPU.
-        let lock = format_ms(wait.max(Duration::from_millis(1)));
-        let statement = format_ms(wait + (wait + Duration::from_millis(100)).min(Duration::from_secs(1)));
-        let timeouts: Binds =
-            vec![("lock_timeout", lock.as_str().into()), ("statement_timeout", statement.as_str().into())];
-        let binds = beat_binds(ids, worker_id, lease_ms);
-        let mut tx = self.begin_bounded(Lane::Critical, Statement::SetTimeouts, timeouts).await?;
-        let out = match run(&mut tx, Statement::HeartbeatBatch, binds).await {
-            Ok(rows) => rows.into_iter().map(beat).collect::<Result<Vec<Beat>>>(),
-            Err(e) => Err(e),
-        };
-        finish(tx, out, "renewing held leases").await
-    }
-
     /// Records progress (`[0, 1]`) and/or a message; `None` keeps a field.
     pub async fn progress(
         &self,
@@ -346,33 +183,6 @@ impl<E: PgExecutor> Store<E> {
         let binds: Binds = vec![("progress", progress.into()), ("message", message.into())];
         owned(&mut self.session()?, Statement::Progress, binds, lease).await
     }
-}
-
-/// Each id's place in `ids`, to answer in the order asked.
-fn positions(ids: &[String]) -> std::collections::HashMap<&str, usize> {
-    ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect()
-}
-
-/// Whether a renewal of held rows ran out of its time: a lock wait past
-/// `lock_timeout`, or the statement past `statement_timeout` (57014).
-fn waited_too_long(e: &Error) -> bool {
-    e.is_lock_timeout() || e.sqlstate() == Some("57014")
-}
-
-/// The binds of a batch heartbeat (the caller has checked `worker_id`).
-fn beat_binds(ids: &[String], worker_id: &str, lease_ms: i64) -> Binds {
-    vec![("lease_ms", lease_ms.into()), ("ids", ids.to_vec().into()), ("worker_id", worker_id.into())]
-}
-
-/// How long [`Store::renew_leases`] first waits for each held row's lock.
-const SHORT_RENEWAL_WAIT: Duration = Duration::from_millis(100);
-
-/// A lease renewal's row: the task and its cancel request.
-fn beat(mut row: crate::value::Row) -> Result<Beat> {
-    Ok(Beat {
-        id: text(&mut row, "id")?,
-        cancel_requested_at_ms: opt_int8(&mut row, "cancel_requested_at_ms")?,
-    })
 }
 
 async fn recover_leases<S: PgSession + ?Sized>(s: &mut S) -> Result<usize> {

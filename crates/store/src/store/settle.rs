@@ -1,7 +1,5 @@
 //! Settlement: complete, fail and release, one by one or in a batch.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value as Json;
 use waymark_protocol::Statement;
 
@@ -79,10 +77,10 @@ impl<E: PgExecutor> Store<E> {
     /// known to have committed (a settlement made again then finds its task
     /// settled and answers a lost lease; the rows are right either way).
     ///
-    /// The completes of each worker go in one `complete_batch` statement;
-    /// failures and snoozes run one statement each. When that makes one statement (the
-    /// usual case: one worker's completes), it runs in autocommit, with no
-    /// transaction around it.
+    /// The completes go in one `complete_batch` statement, each row checked
+    /// against its own lease; failures and snoozes run one statement each.
+    /// When that makes one statement (the usual case: completes only), it
+    /// runs in autocommit, with no transaction around it.
     pub async fn settle_batch(&self, items: &[Settlement]) -> Result<Vec<Result<Settled>>> {
         self.observed_settle(items.len(), self.settle_planned(items)).await
     }
@@ -162,25 +160,23 @@ impl Settlement {
     }
 }
 
-/// `complete_batch`'s attempt for a lease fenced to none.
-const NO_FENCE: i32 = -1;
-
-/// The completes of a settlement batch grouped by worker (one statement
-/// each), checked before anything is sent; the rest run one by one.
-struct SettlePlan<'a> {
-    completes: BTreeMap<&'a str, Vec<usize>>,
+/// The completes of a settlement batch (one statement for all, each row
+/// checked against its own lease), checked before anything is sent; the
+/// rest run one by one.
+struct SettlePlan {
+    completes: Vec<usize>,
     singles: usize,
 }
 
-impl<'a> SettlePlan<'a> {
-    fn new(items: &'a [Settlement]) -> Result<Self> {
-        let mut completes: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+impl SettlePlan {
+    fn new(items: &[Settlement]) -> Result<Self> {
+        let mut completes = Vec::new();
         let mut singles = 0;
         for (i, item) in items.iter().enumerate() {
             match item {
                 Settlement::Complete { lease, .. } => {
                     lease.check()?;
-                    completes.entry(lease.worker_id()).or_default().push(i);
+                    completes.push(i);
                 }
                 Settlement::Fail { .. } | Settlement::Snooze { .. } => singles += 1,
             }
@@ -189,27 +185,27 @@ impl<'a> SettlePlan<'a> {
     }
 
     fn statements(&self) -> usize {
-        self.completes.len() + self.singles
+        usize::from(!self.completes.is_empty()) + self.singles
     }
 }
 
 async fn settle_all<S: PgSession + ?Sized>(
     s: &mut S,
     items: &[Settlement],
-    plan: &SettlePlan<'_>,
+    plan: &SettlePlan,
 ) -> Result<Vec<Result<Settled>>> {
     let mut outcomes: Vec<Option<Result<Settled>>> = (0..items.len()).map(|_| None).collect();
-    for (&worker_id, members) in &plan.completes {
+    if let Some(members) = Some(&plan.completes).filter(|c| !c.is_empty()) {
         // The first settlement of an id is the one that counts; a later one
         // finds its row taken by the first and answers a lost lease.
         let mut first: foldhash::HashMap<&str, usize> =
             foldhash::HashMap::with_capacity_and_hasher(members.len(), Default::default());
         let mut results = serde_json::Map::new();
         let mut ids = Vec::with_capacity(members.len());
-        let mut attempts = Vec::with_capacity(members.len());
+        let mut owners = Vec::with_capacity(members.len());
         let lost_lease = |i: usize| Error::LostLease {
             task_id: items[i].task_id().to_owned(),
-            worker_id: worker_id.to_owned(),
+            worker_id: items[i].lease().worker_id().to_owned(),
         };
         for &i in members {
             let Settlement::Complete { lease, result } = &items[i] else { unreachable!("grouped completes") };
@@ -223,13 +219,12 @@ async fn settle_all<S: PgSession + ?Sized>(
                 results.insert(id.to_owned(), result.clone());
             }
             ids.push(id.to_owned());
-            attempts.push(lease.attempt().unwrap_or(NO_FENCE));
+            owners.push(lease.worker_id().to_owned());
         }
         let binds: Binds = vec![
             ("results", Value::Jsonb(Json::Object(results))),
             ("ids", Value::TextArray(ids)),
-            ("attempts", Value::Int4Array(attempts)),
-            ("worker_id", worker_id.into()),
+            ("worker_ids", Value::TextArray(owners)),
         ];
         // One row, naming the exceptions: every other id succeeded.
         let mut row = run_opt(s, Statement::CompleteBatch, binds)

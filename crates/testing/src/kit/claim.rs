@@ -178,22 +178,25 @@ pub async fn progress_keeps_what_is_not_given<E: PgExecutor>(store: &Store<E>) {
     assert_eq!((s.progress, s.message.as_deref(), s.lease_until_ms), (Some(1.0), Some("writing"), None));
 }
 
-/// A claimed task's lease is fenced to its attempt: once the same worker
-/// holds a later claim of the task, every write made with the earlier
-/// lease is refused as lost, one by one and in a settlement batch, while
-/// an unfenced lease (the protocol's check) still lands. A task that is
-/// not running holds no lease.
-pub async fn a_lease_is_fenced_to_its_claims_attempt<E: PgExecutor>(store: &Store<E>) {
+/// A lease names the worker id its claim was made under, and a worker
+/// claims under an id of its own per claim: once a later claim holds the
+/// task, every write made with the earlier lease is refused as lost, one by
+/// one and in a settlement batch, also when a release gave the attempt
+/// back and the later claim carries the same attempt number. A settlement
+/// batch checks each lease against its own worker id. A task that is not
+/// running holds no lease.
+pub async fn a_lease_is_fenced_to_its_claims_worker_id<E: PgExecutor>(store: &Store<E>) {
     let queued = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
     match queued.lease() {
         Err(Error::InvalidArgument(why)) => assert!(why.contains("is queued, not running"), "{why}"),
         other => panic!("a queued task has no lease, got {other:?}"),
     }
-    let first = store.claim(&claim("w1")).await.expect("claim").remove(0).lease().expect("claimed");
-    assert_eq!((first.task_id(), first.worker_id(), first.attempt()), (queued.id.as_str(), "w1", Some(1)));
-    expire_leases(store, "w1").await;
-    let second = store.claim(&claim("w1")).await.expect("reclaim").remove(0).lease().expect("claimed");
-    assert_eq!(second.attempt(), Some(2), "the same worker, a later claim");
+    let first = store.claim(&claim("w1/1")).await.expect("claim").remove(0).lease().expect("claimed");
+    assert_eq!((first.task_id(), first.worker_id()), (queued.id.as_str(), "w1/1"));
+    store.release(&first).await.expect("given back, its attempt unspent");
+    let again = store.claim(&claim("w1/2")).await.expect("reclaim").remove(0);
+    assert_eq!(again.attempt, 1, "the same attempt number as the first claim");
+    let second = again.lease().expect("claimed");
     let before = store.fetch(&queued.id).await.expect("get");
     for err in [
         store.complete(&first, json!(1)).await.expect_err("complete"),
@@ -208,15 +211,23 @@ pub async fn a_lease_is_fenced_to_its_claims_attempt<E: PgExecutor>(store: &Stor
     let batch = [Settlement::Complete { lease: first.clone(), result: json!(1) }];
     let out = store.settle_batch(&batch).await.expect("the batch commits");
     assert!(out[0].as_ref().is_err_and(Error::is_lost_lease), "{out:?}");
+    let renewal = store
+        .renew_leases(std::slice::from_ref(&first), Duration::from_secs(60), Duration::from_secs(1))
+        .await;
+    assert!(renewal.expect("renew").renewed.is_empty(), "the earlier claim renews nothing");
     assert_eq!(store.fetch(&queued.id).await.expect("get"), before, "nothing changed");
-    let unfenced = Lease::new(&queued.id, "w1");
-    store.heartbeat(&unfenced, Duration::from_secs(30)).await.expect("the protocol's check passes");
-    // Fenced and unfenced leases in one statement: each is checked its way.
+    // Two claims' leases in one statement: each is checked against its own id.
     let other = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
-    store.claim(&claim("w1")).await.expect("claim the other");
+    let third =
+        store.claim(&claim("w1/3")).await.expect("claim the other").remove(0).lease().expect("claimed");
+    let renewal = store
+        .renew_leases(&[second.clone(), third.clone()], Duration::from_secs(60), Duration::from_secs(1))
+        .await
+        .expect("renew");
+    assert_eq!(renewal.renewed.len(), 2, "both renewed: {renewal:?}");
     let batch = [
         Settlement::Complete { lease: second, result: json!("two") },
-        Settlement::Complete { lease: Lease::new(&other.id, "w1"), result: json!(null) },
+        Settlement::Complete { lease: third, result: json!(null) },
     ];
     let out = store.settle_batch(&batch).await.expect("the batch commits");
     let statuses: Vec<_> = out.iter().map(|o| o.as_ref().map(|s| s.status).ok()).collect();

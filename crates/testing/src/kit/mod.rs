@@ -59,7 +59,7 @@ macro_rules! store_contract {
             a_claim_without_its_probe_claims_due_work_and_recovers_nothing,
             heartbeat_batch_reports_owned_tasks_in_order,
             lost_lease_writes_change_nothing,
-            a_lease_is_fenced_to_its_claims_attempt,
+            a_lease_is_fenced_to_its_claims_worker_id,
             fail_retries_after_the_delay,
             progress_keeps_what_is_not_given,
             queue_depth_and_stats,
