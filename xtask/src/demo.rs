@@ -4,6 +4,7 @@
 //! twice: with settlement batching (the default) and without, then reports
 //! both.
 
+use std::collections::VecDeque;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,14 +94,10 @@ async fn drain(store: &Arc<Store<PgPool>>, queue: &str, tasks: usize, batch: usi
     let handle = worker.handle();
     let started = Instant::now();
     let run = tokio::spawn(worker.run());
-    let mut last = (Instant::now(), 0u64);
-    let mut per_second = 0.0;
+    let mut rate = Rate::default();
     loop {
         let done = handle.settled();
-        if last.0.elapsed() >= Duration::from_secs(1) {
-            per_second = (done - last.1) as f64 / last.0.elapsed().as_secs_f64();
-            last = (Instant::now(), done);
-        }
+        let per_second = rate.sample(started.elapsed(), done);
         draw_progress(done as usize, tasks, started.elapsed(), per_second);
         if done as usize >= tasks {
             break;
@@ -185,4 +182,69 @@ fn draw_progress(done: usize, total: usize, elapsed: Duration, per_second: f64) 
         ".".repeat(WIDTH - filled)
     );
     let _ = std::io::stdout().flush();
+}
+
+/// The progress line's "now": tasks settled per second over the last
+/// second of samples (over all of them while there is less than a second),
+/// so a run shorter than a second shows its rate too, and a stall shows 0.
+#[derive(Default)]
+struct Rate {
+    /// (time since the start, tasks settled by then), oldest first.
+    samples: VecDeque<(Duration, u64)>,
+}
+
+impl Rate {
+    const WINDOW: Duration = Duration::from_secs(1);
+
+    /// Takes `done` settled at `at` (since the start); answers the rate.
+    fn sample(&mut self, at: Duration, done: u64) -> f64 {
+        self.samples.push_back((at, done));
+        // Keep the newest sample at or before the window's start, so the
+        // window is covered whole.
+        while self.samples.get(1).is_some_and(|&(t, _)| t + Self::WINDOW <= at) {
+            self.samples.pop_front();
+        }
+        let (since, then) = self.samples[0];
+        let span = (at - since).as_secs_f64();
+        if span > 0.0 {
+            done.saturating_sub(then) as f64 / span
+        } else {
+            0.0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn the_rate_is_what_settled_in_the_last_interval_from_the_first_samples_on() {
+        let mut rate = Rate::default();
+        assert_eq!(rate.sample(ms(0), 0), 0.0, "nothing yet");
+        // 60 tasks every 100 ms: 600 a second, seen from the second sample
+        // on, in a run shorter than a second.
+        for i in 1..=8 {
+            let now = rate.sample(ms(100 * i), 60 * i);
+            assert!((now - 600.0).abs() < 1e-6, "at {} ms: {now}", 100 * i);
+        }
+        // Then twice as fast: the rate follows within the interval.
+        let mut done = 480;
+        for i in 9..=20 {
+            done += 120;
+            rate.sample(ms(100 * i), done);
+        }
+        assert!((rate.sample(ms(2100), done + 120) - 1200.0).abs() < 1e-6);
+        // Then nothing settles: the rate falls to 0 once the interval has
+        // passed, not stays at the last burst.
+        let stalled = done + 120;
+        for i in 22..=32 {
+            rate.sample(ms(100 * i), stalled);
+        }
+        assert_eq!(rate.sample(ms(3300), stalled), 0.0);
+    }
 }
