@@ -28,14 +28,19 @@
 //!   one half-open trial closes it again.
 //! - **Retries** with jittered exponential backoff, only where safe: a
 //!   connection failure before anything was sent (connect, `BEGIN`) always; a
-//!   failure after sending, or 40001/40P01/55P03, only for statements the
-//!   store marks repeatable (reads, heartbeats, progress, `insert_task` and
-//!   the batched inserts, whose client-made ids turn a duplicate into the
-//!   same tasks). Statements inside a transaction are never retried.
+//!   failure after sending, or 40001/40P01/55P03/25006, only for statements
+//!   the store marks repeatable (reads, heartbeats, progress, `insert_task`
+//!   and the batched inserts, whose client-made ids turn a duplicate into
+//!   the same tasks). Statements inside a transaction are never retried.
 //! - **Errors by class.** SQLSTATE 08*, 57P01-57P03 and I/O failures are
 //!   `Connection` (the connection is dropped, never reused); 53300 and "too
 //!   many clients" are `Capacity` (never open the breaker); the rest surface
-//!   as `Query`.
+//!   as `Query`, their SQLSTATE kept. Of those, the refusals that pass with
+//!   time (25006 read-only as in a failover, 53100 disk full, 53200 out of
+//!   memory, 40001, 40P01, 55P03, 57014 cancelled) are
+//!   `waymark_store::Error::is_transient`; a session that found the server
+//!   read-only (25006) is dropped, so the next call may reach the new
+//!   primary.
 //! - **Client-side query timeout**: the server is asked to cancel and the
 //!   connection is dropped.
 //! - **Stats** ([`PgPool::stats`]): acquires, wait percentiles, rejections,
@@ -53,6 +58,7 @@ mod conninfo;
 mod listen;
 mod manager;
 mod pool;
+mod refusal;
 mod stats;
 mod tls;
 mod transaction;

@@ -106,7 +106,9 @@ impl Lease {
                     };
                 }
                 _ => {
-                    // The server answered: the path to it works.
+                    // The server answered: the path to it works. A session
+                    // that found it read-only (a failover) is not kept.
+                    self.conn.broken |= crate::refusal::ends_session(e);
                     Counters::bump(&c.query_errors);
                     if let Some(p) = pass {
                         p.success()
@@ -299,8 +301,8 @@ impl PgPool {
 
     /// Runs `attempt` with retries: connection failures before anything was
     /// sent always retry; after sending, only when `repeatable`. 40001,
-    /// 40P01 and 55P03 retry when `repeatable`, without counting toward the
-    /// breaker (they never do).
+    /// 40P01, 55P03 and 25006 retry when `repeatable` (`retried_refusal`),
+    /// without counting toward the breaker (they never do).
     pub(crate) async fn with_retries<T, F, Fut>(
         &self,
         lane: Lane,
@@ -323,9 +325,7 @@ impl PgPool {
             };
             let transient = match err.kind() {
                 ExecErrorKind::Connection => !sent || repeatable,
-                ExecErrorKind::Query => {
-                    repeatable && matches!(err.sqlstate(), Some("40001" | "40P01" | "55P03"))
-                }
+                ExecErrorKind::Query => repeatable && crate::refusal::retried_refusal(&err),
                 _ => false,
             };
             if !transient || tries >= self.inner.retry_attempts {

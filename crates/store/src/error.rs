@@ -184,13 +184,17 @@ impl Error {
 
     /// Whether the failure may pass if the same call is made again later:
     /// the executor saturated or its breaker open, a connection lost, a
-    /// timeout, the server out of connections, a lock wait past its limit.
+    /// timeout, the server out of connections, a lock wait past its limit,
+    /// or a refusal of the server's that passes with time (read-only as in
+    /// a failover, disk full, out of memory, a serialization failure or a
+    /// deadlock, a statement cancelled: [`crate::sqlstate_passes`]).
     /// Anything else (bad input, a constraint, a closed store) fails the
     /// same way again.
     pub fn is_transient(&self) -> bool {
         use ExecErrorKind::{Capacity, CircuitOpen, Connection, Saturated, Timeout};
         matches!(self.exec_kind(), Some(Saturated | CircuitOpen | Connection | Timeout | Capacity))
             || self.is_lock_timeout()
+            || self.exec_error().is_some_and(ExecError::is_passing_refusal)
     }
 
     /// The task as a timed-out wait last saw it, for [`Error::TaskTimeout`].
@@ -273,5 +277,25 @@ fn envelope_summary(error: &Option<Box<crate::task::ErrorEnvelope>>) -> String {
         Some(e) if !e.code.is_empty() => format!("{} ({})", e.message, e.code),
         Some(e) => e.message.clone(),
         None => "no error envelope".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(code: &str) -> Error {
+        Error::Executor(ExecError::new(ExecErrorKind::Query, "refused").with_sqlstate(code))
+    }
+
+    #[test]
+    fn refusals_that_pass_are_transient_and_bad_input_is_not() {
+        for code in ["25006", "53100", "53200", "40001", "40P01", "55P03", "57014"] {
+            assert!(refused(code).is_transient(), "{code} passes");
+        }
+        for code in ["23505", "22P05", "42P01", "54000"] {
+            assert!(!refused(code).is_transient(), "{code} does not pass");
+        }
+        assert!(!Error::InvalidArgument("bad".into()).is_transient());
     }
 }

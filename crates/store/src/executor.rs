@@ -93,6 +93,25 @@ impl ExecError {
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    /// Whether the server refused the statement for a condition that
+    /// passes with time, having done nothing of it: see
+    /// [`sqlstate_passes`].
+    pub fn is_passing_refusal(&self) -> bool {
+        self.sqlstate().is_some_and(sqlstate_passes)
+    }
+}
+
+/// Whether a SQLSTATE names a refusal that passes with time, nothing of
+/// the statement done, so that the same call made again later may
+/// succeed: a read-only transaction (25006: a standby, or a primary just
+/// demoted, as in a failover), disk full (53100), out of memory (53200), a
+/// serialization failure or a deadlock (40001, 40P01), a lock not
+/// available (55P03), a statement cancelled (57014: a statement timeout,
+/// or an operator's cancel). Whether to make the call again, and when, is
+/// the caller's: only a statement safe to repeat may be repeated blind.
+pub fn sqlstate_passes(code: &str) -> bool {
+    matches!(code, "25006" | "53100" | "53200" | "40001" | "40P01" | "55P03" | "57014")
 }
 
 impl fmt::Display for ExecError {

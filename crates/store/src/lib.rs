@@ -49,8 +49,8 @@ pub use backpressure::{Backpressure, DEFAULT_MAX_QUEUE_WAIT, MAX_GRANT};
 pub use definition::TaskDef;
 pub use error::{Error, Result};
 pub use executor::{
-    ExecError, ExecErrorKind, Lane, ListenEvent, Notification, NotificationStream, PgExecutor, PgSession,
-    PgTransaction, Sql,
+    sqlstate_passes, ExecError, ExecErrorKind, Lane, ListenEvent, Notification, NotificationStream,
+    PgExecutor, PgSession, PgTransaction, Sql,
 };
 pub use fleet::{FleetLimit, GroupKey, FLEET_LIMIT_TURN_WAIT};
 pub use id::{new_task_id, task_id_from_parts};
