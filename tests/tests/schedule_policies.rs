@@ -1,9 +1,9 @@
 //! The scheduler's policies on a real PostgreSQL, in one process: what a
 //! scheduler catches up at its start (`CatchUp::Missed(n)` and `Skip`), a
 //! changed schedule run beside the old one under the same id (a rolling
-//! deploy) giving one task per slot, and a schedule the store refuses,
-//! which must not stop the others. Each test waits on the scheduler's
-//! `on_fired` reports, never on a fixed pause.
+//! deploy) giving one task per slot, and a schedule the store refuses, or
+//! whose queue is full, which must not stop the others. Each test waits on
+//! the scheduler's `on_fired` reports, never on a fixed pause.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 use waymark_pool::PgPool;
 use waymark_schedule::{CatchUp, Every, Fired, Periodic, Scheduler, MAX_CATCH_UP, SLOT_KEY};
-use waymark_store::{ListFilter, NewTask, Store};
+use waymark_store::{Backpressure, ListFilter, NewTask, Store};
 use waymark_tests::TestSchema;
 
 type Stop = oneshot::Sender<()>;
@@ -221,5 +221,35 @@ async fn a_refused_schedule_does_not_stop_the_others_and_bad_schedules_are_named
     run.await.expect("scheduler task").expect("scheduler");
     let tasks = store.list(&ListFilter::default()).await.expect("list");
     assert!(tasks.iter().all(|t| t.payload["schedule"] == "good"), "no task of the refused schedule");
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_holds_up_only_its_own_schedule() {
+    let schema = TestSchema::new().await;
+    // Queue `a` holds one task at most, and has one; no worker drains it.
+    let limits = Backpressure::per_queue([("a", 1)]);
+    let store = Arc::new(schema.0.pool_store().await.with_backpressure(limits).expect("limits"));
+    store.submit(NewTask::new("periodic.noop", json!({})).queue("a")).await.expect("room for one");
+    let every = || Every::interval(Duration::from_secs(1)).unwrap();
+    // A, on the full queue, comes first.
+    let a = Periodic::new("a", every(), noop("a").queue("a"));
+    let b = Periodic::new("b", every(), noop("b").queue("b"));
+    let (stop, mut fired, run) = start(&store, vec![a, b]);
+    let started = std::time::Instant::now();
+    let mut slots = Vec::new();
+    while slots.len() < 5 {
+        let f = next(&mut fired, "schedule b, beside a full queue").await;
+        assert_eq!(f.schedule, "b", "queue a is full: {f:?}");
+        assert!(f.submitted, "{f:?}");
+        slots.push(f.slot_ms);
+    }
+    // Its catch-up slot, then one a second, each on time.
+    let steps: Vec<i64> = slots.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(steps.iter().all(|&s| s == 1_000), "b fires every second: slots {slots:?}");
+    assert!(started.elapsed() < Duration::from_secs(8), "five slots of b took {:?}", started.elapsed());
+    drop(stop);
+    run.await.expect("scheduler task").expect("scheduler");
+    assert_eq!(store.stats(Some("a")).await.expect("stats")["a"].queued, 1, "nothing more in the full queue");
     schema.drop().await;
 }

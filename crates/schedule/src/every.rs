@@ -108,6 +108,34 @@ impl Every {
         slots
     }
 
+    /// How many slots fall in `[from, to]`, counting up to `cap` (a cron
+    /// schedule is counted slot by slot): the count, and whether it is
+    /// exact (false: at least that many).
+    pub(crate) fn count_in(&self, from: i64, to: i64, cap: u64) -> (u64, bool) {
+        if to < from {
+            return (0, true);
+        }
+        match self {
+            Every::Interval(period) => {
+                let p = period_ms(*period);
+                let first = from.div_euclid(p) + i64::from(from.rem_euclid(p) != 0);
+                let last = to.div_euclid(p);
+                (u64::try_from(last - first + 1).unwrap_or(0), true)
+            }
+            Every::Cron { .. } => {
+                let (mut count, mut at) = (0, from - 1);
+                while let Some(slot) = self.next_after(at).filter(|&s| s <= to) {
+                    if count == cap {
+                        return (count, false);
+                    }
+                    count += 1;
+                    at = slot;
+                }
+                (count, true)
+            }
+        }
+    }
+
     /// How the schedule reads, for logs and errors.
     pub fn describe(&self) -> String {
         match self {
@@ -141,6 +169,18 @@ mod tests {
         assert_eq!(every.last_at_or_before(5_000, 3), vec![0], "never before the epoch");
         assert!(Every::interval(Duration::from_micros(1500)).is_err());
         assert!(Every::interval(Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn slots_are_counted_without_walking_an_interval() {
+        let every = Every::interval(Duration::from_millis(1)).unwrap();
+        assert_eq!(every.count_in(1_000, 3_600_999, 10), (3_600_000, true));
+        let ten = Every::interval(Duration::from_secs(10)).unwrap();
+        assert_eq!(ten.count_in(5_000, 35_000, 10), (3, true));
+        assert_eq!(ten.count_in(10_000, 9_999, 10), (0, true));
+        let cron = Every::cron("* * * * * *", "UTC").unwrap();
+        assert_eq!(cron.count_in(1_000, 5_000, 10), (5, true));
+        assert_eq!(cron.count_in(1_000, 60_000, 10), (10, false), "at least the cap");
     }
 
     #[test]

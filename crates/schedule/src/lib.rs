@@ -9,13 +9,28 @@
 //! rest find the key taken. Slots are read off the database's clock, so
 //! hosts whose clocks disagree still fire the same slot at the same time.
 //!
-//! A scheduler that starts late, or that lost the database for a while,
+//! A cron expression is read in its time zone, and across a clock change
+//! follows Vixie cron's convention: an expression whose hour field is `*`
+//! (it fires every hour, or more often) follows instants, its slots evenly
+//! spaced (both passes of a repeated hour have them, a skipped hour has
+//! none); any other expression names wall-clock times, and a time that
+//! falls twice fires once, at its first occurrence, while a time the
+//! change skips fires once as the gap ends. See [`Every::cron`].
+//!
+//! A scheduler that starts late, or that could not submit for a while,
 //! catches up by its schedule's [`CatchUp`] policy: skip what was missed,
-//! or submit the last `n` missed slots. A slot whose task is still in the
-//! table is never submitted again; one whose task was purged could be, if
-//! it falls within the catch-up bound, so keep retention longer than `n`
-//! slots. A changed schedule (a new expression under the same id) keeps
-//! every slot it shares with the old one under the same key.
+//! or submit the newest `n` missed slots. A failed submit keeps its slot
+//! (within that policy) whatever the failure, the database away, read-only
+//! (a failover), out of space, the queue full, ...; only bad input that
+//! can never be submitted (a task the store refuses, data the server
+//! refuses) drops the slot, logged as an error. Skipped slots are counted
+//! and logged once per pass, however many. Each schedule runs on its own,
+//! so one whose queue is full, or whose submits fail, holds up no other. A
+//! slot whose task is still in the table is never submitted again; one
+//! whose task was purged could be, if it falls within the catch-up bound,
+//! so keep retention longer than `n` slots. A changed schedule (a new
+//! expression under the same id) keeps every slot it shares with the old
+//! one under the same key.
 //!
 //! The tasks are ordinary cairnq v1 rows (the key in `cairnq_task_keys`,
 //! the schedule and slot in the metadata): a cairnq worker runs them as
@@ -51,8 +66,11 @@
 #[cfg(test)]
 mod dst_tests;
 mod every;
+mod periodic;
 mod scheduler;
+mod slots;
 mod zoned;
 
 pub use every::Every;
-pub use scheduler::{CatchUp, Fired, Periodic, Scheduler, MAX_CATCH_UP, SCHEDULE_KEY, SLOT_KEY};
+pub use periodic::{CatchUp, Fired, Periodic, MAX_CATCH_UP, SCHEDULE_KEY, SLOT_KEY};
+pub use scheduler::Scheduler;

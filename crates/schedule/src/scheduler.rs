@@ -1,133 +1,25 @@
-//! The scheduler loop: reads the database's clock, submits each due slot's
-//! task by a keyed submit, sleeps until the next slot.
+//! The scheduler: one loop per schedule, all polled together in the
+//! caller's task. Each reads the database's clock, submits its due slots'
+//! tasks by keyed submits, and sleeps until its next slot, so a schedule
+//! held up (its queue full, its submits failing) holds up no other.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use serde_json::{json, Value as Json};
 use tokio::sync::mpsc;
-use waymark_store::{Conflict, Error, NewTask, PgExecutor, Result, Store};
+use waymark_store::{Error, PgExecutor, Result, Store};
 
-use crate::every::{slot_label, Every};
-
-/// The metadata keys a slot's task carries (beside the template's own).
-pub const SCHEDULE_KEY: &str = "waymark.schedule";
-/// The slot's time, RFC 3339 in UTC.
-pub const SLOT_KEY: &str = "waymark.slot";
-
-/// What a scheduler does about slots that fell while no scheduler ran (at
-/// its start) or while the database could not be reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CatchUp {
-    /// Slots missed are not submitted; the next slot to come is.
-    Skip,
-    /// The last `n` slots missed are submitted (each only if its task is
-    /// not there already), oldest first. At most [`MAX_CATCH_UP`].
-    Missed(usize),
-}
-
-/// The most slots a [`CatchUp::Missed`] may name: a bound on the walk back
-/// at the start, and on the slots held while the database is away.
-pub const MAX_CATCH_UP: usize = 10_000;
-
-/// One periodic task: its id (part of every slot's key, so keep it
-/// stable), when it falls, what it submits, and its catch-up policy.
-#[derive(Debug, Clone)]
-pub struct Periodic {
-    id: String,
-    every: Every,
-    task: NewTask,
-    catch_up: CatchUp,
-}
-
-impl Periodic {
-    /// Submits `task` (its name, payload, queue and options) on every slot
-    /// of `every`. The task's key and conflict are the scheduler's; its
-    /// metadata gains [`SCHEDULE_KEY`] and [`SLOT_KEY`]. Catches up the
-    /// last missed slot by default ([`CatchUp::Missed`]`(1)`).
-    pub fn new(id: impl Into<String>, every: Every, task: NewTask) -> Self {
-        Periodic { id: id.into(), every, task, catch_up: CatchUp::Missed(1) }
-    }
-
-    /// Sets the catch-up policy.
-    pub fn catch_up(mut self, policy: CatchUp) -> Self {
-        self.catch_up = policy;
-        self
-    }
-
-    /// The schedule's id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// The key of a slot's task: `schedule:<id>:<slot in RFC 3339, UTC>`.
-    /// Any scheduler, old or new, submitting that slot names the same key.
-    pub fn slot_key(&self, slot_ms: i64) -> String {
-        format!("schedule:{}:{}", self.id, slot_label(slot_ms))
-    }
-
-    fn check(&self) -> Result<()> {
-        if self.id.is_empty() || self.id.contains(':') {
-            return Err(Error::InvalidArgument(format!(
-                "a schedule id must be non-empty and without ':', got {:?}",
-                self.id
-            )));
-        }
-        if let CatchUp::Missed(n) = self.catch_up {
-            if n > MAX_CATCH_UP {
-                return Err(Error::InvalidArgument(format!(
-                    "schedule {:?}: a catch-up of {n} slots is more than {MAX_CATCH_UP}",
-                    self.id
-                )));
-            }
-        }
-        if self.task.name.is_empty() {
-            return Err(Error::InvalidArgument(format!("schedule {:?}: the task needs a name", self.id)));
-        }
-        if !self.task.metadata.is_object() {
-            return Err(Error::InvalidArgument(format!(
-                "schedule {:?}: the task's metadata must be a JSON object",
-                self.id
-            )));
-        }
-        Ok(())
-    }
-
-    fn task_for(&self, slot_ms: i64) -> NewTask {
-        let mut task = self.task.clone().key(self.slot_key(slot_ms)).conflict(Conflict::Reject);
-        if let Json::Object(m) = &mut task.metadata {
-            m.insert(SCHEDULE_KEY.to_owned(), json!(self.id));
-            m.insert(SLOT_KEY.to_owned(), json!(slot_label(slot_ms)));
-        }
-        task
-    }
-
-    fn bound(&self) -> usize {
-        match self.catch_up {
-            CatchUp::Skip => 1,
-            CatchUp::Missed(n) => n.max(1),
-        }
-    }
-}
-
-/// A slot a scheduler dealt with: the task it submitted, or found there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fired {
-    /// The schedule's id.
-    pub schedule: String,
-    /// The slot, epoch milliseconds.
-    pub slot_ms: i64,
-    /// True when this scheduler inserted the task; false when the slot's
-    /// key was taken already (another scheduler, or an earlier run).
-    pub submitted: bool,
-}
+use crate::every::slot_label;
+use crate::periodic::{Fired, Periodic};
+use crate::slots::Slots;
 
 /// Runs periodic tasks. Any number of schedulers may run the same
 /// schedules on one database: each slot's task is a keyed submit whose key
-/// names the schedule and the slot, with [`Conflict::Reject`], so one
-/// insert wins and the others find the key taken. No leader, no lock held.
+/// names the schedule and the slot, with
+/// [`Conflict::Reject`](waymark_store::Conflict::Reject), so one insert
+/// wins and the others find the key taken. No leader, no lock held.
 pub struct Scheduler<E> {
     store: Arc<Store<E>>,
     schedules: Vec<Periodic>,
@@ -140,7 +32,9 @@ impl<E> std::fmt::Debug for Scheduler<E> {
     }
 }
 
-/// The longest pause after a failure to reach the database.
+/// The first pause after a failure; it doubles up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+/// The longest pause after a failure to read the clock or to submit.
 const MAX_PAUSE: Duration = Duration::from_secs(2);
 /// The longest sleep between two looks at the clock, so that a clock that
 /// jumps (or a slot far off) is re-read now and then.
@@ -167,8 +61,11 @@ impl<E: PgExecutor + 'static> Scheduler<E> {
 
     /// Runs until `stop` resolves. Refuses bad schedules (an empty or
     /// repeated id, a task without a name) before submitting anything.
-    /// Failures to reach the database are logged and retried, the slots
-    /// due kept (within the catch-up bound) until they can be submitted.
+    /// Every failure but bad input is logged and tried again, the slots due
+    /// kept (by each schedule's catch-up policy) until they can be
+    /// submitted; each schedule waits on its own, so a full queue or a
+    /// failing submit holds up only its schedule. Answers an error only
+    /// when the store is closed.
     pub async fn run_until(self, stop: impl Future<Output = ()>) -> Result<()> {
         let mut ids = HashSet::new();
         for s in &self.schedules {
@@ -178,130 +75,103 @@ impl<E: PgExecutor + 'static> Scheduler<E> {
             }
         }
         tokio::pin!(stop);
+        let loops = futures::future::try_join_all(self.schedules.iter().map(|s| self.run_one(s)));
         tokio::select! {
             () = &mut stop => Ok(()),
-            out = self.run_loop() => out,
+            out = loops => out.map(|_| ()),
         }
     }
 
-    /// Runs until the store is closed (answered as its error).
-    async fn run_loop(&self) -> Result<()> {
-        let mut pause = Duration::from_millis(50);
-        let now = loop {
-            match self.store.database_time_ms().await {
-                Ok(now) => break now,
-                Err(e) if e.is_store_closed() => return Err(e),
-                Err(e) => pause = self.failed("reading the database clock", &e, pause).await,
-            }
-        };
-        // The catch-up at the start: the slots at or before now, within the
-        // policy's bound (none with Skip); then the slots to come.
-        let mut states: Vec<State> = self
-            .schedules
-            .iter()
-            .map(|s| {
-                let pending = match s.catch_up {
-                    CatchUp::Skip => VecDeque::new(),
-                    CatchUp::Missed(n) => s.every.last_at_or_before(now, n).into(),
-                };
-                State { next: s.every.next_after(now), pending }
-            })
-            .collect();
+    /// Runs one schedule until the store is closed (answered as its error).
+    async fn run_one(&self, s: &Periodic) -> Result<()> {
+        let mut pause = FIRST_PAUSE;
+        let mut slots: Option<Slots> = None;
         loop {
-            if let Err(e) = self.submit_pending(&mut states).await {
-                if e.is_store_closed() {
-                    return Err(e);
-                }
-                pause = self.failed("submitting a slot's task", &e, pause).await;
-                // Slots keep falling while the database is away.
-                if let Ok(now) = self.store.database_time_ms().await {
-                    self.collect_due(&mut states, now);
-                }
-                continue;
-            }
-            pause = Duration::from_millis(50);
-            let Some(wake) = states.iter().filter_map(|s| s.next).min() else {
-                // No schedule has a slot to come: nothing more to do.
-                return std::future::pending().await;
-            };
+            let read = Instant::now();
             let now = match self.store.database_time_ms().await {
                 Ok(now) => now,
                 Err(e) if e.is_store_closed() => return Err(e),
                 Err(e) => {
-                    pause = self.failed("reading the database clock", &e, pause).await;
+                    if let Some(skipped) = slots.as_mut().and_then(Slots::failed) {
+                        skipped.log(&s.id, s.catch_up);
+                    }
+                    pause = self.failed(s, "reading the database clock", &e, pause).await;
                     continue;
                 }
             };
-            if wake > now {
-                let wait = Duration::from_millis(u64::try_from(wake - now).unwrap_or(0)).min(MAX_SLEEP);
-                // Real time is what a schedule is about.
-                tokio::time::sleep(wait).await;
+            let slots = slots.get_or_insert_with(|| Slots::start(&s.every, s.catch_up, now));
+            if let Some(skipped) = slots.due(&s.every, now) {
+                skipped.log(&s.id, s.catch_up);
+            }
+            if let Err(e) = self.submit_pending(s, slots).await {
+                if e.is_store_closed() {
+                    return Err(e);
+                }
+                if let Some(skipped) = slots.failed() {
+                    skipped.log(&s.id, s.catch_up);
+                }
+                pause = self.failed(s, "submitting a slot's task", &e, pause).await;
                 continue;
             }
-            self.collect_due(&mut states, now);
+            slots.caught_up();
+            pause = FIRST_PAUSE;
+            let Some(wake) = slots.next() else {
+                tracing::error!(
+                    schedule = %s.id,
+                    "{} has no slot after {}: this schedule submits nothing more",
+                    s.every.describe(),
+                    slot_label(now)
+                );
+                return std::future::pending().await;
+            };
+            // Real time is what a schedule is about. The submits took some
+            // of the wait already.
+            let wait = Duration::from_millis(u64::try_from(wake - now).unwrap_or(0)).min(MAX_SLEEP);
+            let wait = wait.saturating_sub(read.elapsed());
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
         }
     }
 
-    /// Moves every slot at or before `now` into its schedule's pending
-    /// slots, keeping the newest within the catch-up bound.
-    fn collect_due(&self, states: &mut [State], now: i64) {
-        for (s, state) in self.schedules.iter().zip(states.iter_mut()) {
-            while let Some(slot) = state.next.filter(|&n| n <= now) {
-                state.pending.push_back(slot);
-                state.next = s.every.next_after(slot);
-            }
-            let bound = s.bound();
-            while state.pending.len() > bound {
-                let dropped = state.pending.pop_front();
-                tracing::warn!(schedule = %s.id, slot = ?dropped.map(slot_label), "slot skipped: past the catch-up bound");
-            }
-        }
-    }
-
-    /// Submits every pending slot, oldest first per schedule. A slot whose
-    /// submit fails for a reason that may pass (the database away, a full
-    /// queue) stays pending and its schedule waits for the next pass, while
-    /// the other schedules are still served; one the store refuses for good
-    /// (bad input, a payload the server cannot store, a constraint) is
-    /// dropped, logged, so it cannot stop the others. Answers the first
-    /// failure that may pass, or that the store is closed.
-    async fn submit_pending(&self, states: &mut [State]) -> Result<()> {
-        let mut passing = None;
-        for (s, state) in self.schedules.iter().zip(states.iter_mut()) {
-            while let Some(&slot) = state.pending.front() {
-                let submitted = match self.store.submit(s.task_for(slot)).await {
-                    Ok(_) => true,
-                    Err(e) if e.is_already_exists() => false,
-                    Err(e) if e.is_store_closed() => return Err(e),
-                    Err(e) if e.is_transient() || e.is_queue_full() => {
-                        passing.get_or_insert(e);
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::error!(schedule = %s.id, slot = %slot_label(slot), error = %e, "the schedule's task is refused; slot dropped");
-                        state.pending.pop_front();
-                        continue;
-                    }
-                };
-                state.pending.pop_front();
-                if let Some(tx) = &self.fired {
-                    let _ = tx.send(Fired { schedule: s.id.clone(), slot_ms: slot, submitted });
+    /// Submits the schedule's pending slots, oldest first. A slot is
+    /// dropped, logged, only for bad input it can never submit (the store
+    /// refusing the task, the server refusing its data); for any other
+    /// failure it stays pending and the failure is answered.
+    async fn submit_pending(&self, s: &Periodic, slots: &mut Slots) -> Result<()> {
+        while let Some(slot) = slots.front() {
+            let submitted = match self.store.submit(s.task_for(slot)).await {
+                Ok(_) => true,
+                Err(e) if e.is_already_exists() => false,
+                Err(e) if never_submittable(&e) => {
+                    tracing::error!(schedule = %s.id, slot = %slot_label(slot), error = %e, "the schedule's task is refused; slot dropped");
+                    slots.pop();
+                    continue;
                 }
+                Err(e) => return Err(e),
+            };
+            slots.pop();
+            if let Some(tx) = &self.fired {
+                let _ = tx.send(Fired { schedule: s.id.clone(), slot_ms: slot, submitted });
             }
         }
-        passing.map_or(Ok(()), Err)
+        Ok(())
     }
 
-    async fn failed(&self, doing: &str, e: &Error, pause: Duration) -> Duration {
-        tracing::warn!(error = %e, "scheduler: {doing} failed; trying again in {pause:?}");
+    async fn failed(&self, s: &Periodic, doing: &str, e: &Error, pause: Duration) -> Duration {
+        tracing::warn!(schedule = %s.id, error = %e, "scheduler: {doing} failed; trying again in {pause:?}");
         tokio::time::sleep(pause).await;
         (pause * 2).min(MAX_PAUSE)
     }
 }
 
-/// A schedule's slots: the next to come, and those due but not yet
-/// submitted.
-struct State {
-    next: Option<i64>,
-    pending: VecDeque<i64>,
+/// Whether a submit failed for bad input that no later try could submit:
+/// the store refusing the task, or the server refusing its data (a data
+/// exception, a constraint, a value past a limit: SQLSTATE classes 22, 23
+/// and 54). Anything else may pass (the database away, read-only in a
+/// failover, out of space, a full queue) or be fixed (a grant, a
+/// migration), so the slot is kept.
+fn never_submittable(e: &Error) -> bool {
+    e.is_invalid_argument()
+        || e.sqlstate().is_some_and(|code| matches!(code.get(..2), Some("22" | "23" | "54")))
 }
