@@ -39,14 +39,14 @@ async fn stop_fleet(fleet: Vec<tokio::process::Child>) {
 
 /// Running tasks per tenant (all under `""` when tasks have none), sampled
 /// every 10 ms until every task has succeeded; answers each tenant's most
-/// seen at once and the most seen in all. `during` runs once, after
-/// `after_done` tasks have succeeded, with the workers of the running
-/// tasks then.
+/// seen at once and the most seen in all. Once `after_done` tasks have
+/// succeeded, `during` is given the running tasks (id, worker id) at each
+/// sample until it answers that it acted.
 async fn sample_until_drained(
     schema: &TestSchema,
     total: i64,
     after_done: i64,
-    mut during: impl FnMut(&[String]),
+    mut during: impl FnMut(&[(String, String)]) -> bool,
 ) -> (BTreeMap<String, i64>, i64, usize) {
     let client = admin_client(&schema.url).await;
     let table = format!("{}.cairnq_tasks", schema.schema);
@@ -81,17 +81,14 @@ async fn sample_until_drained(
             .expect("done")
             .get(0);
         if !fired && done >= after_done {
-            let owners: Vec<String> = client
-                .query(&format!("select worker_id from {table} where status = 'running'"), &[])
+            let running: Vec<(String, String)> = client
+                .query(&format!("select id, worker_id from {table} where status = 'running'"), &[])
                 .await
-                .expect("owners")
+                .expect("running tasks")
                 .iter()
-                .map(|r| r.get(0))
+                .map(|r| (r.get(0), r.get(1)))
                 .collect();
-            if !owners.is_empty() {
-                fired = true;
-                during(&owners);
-            }
+            fired = during(&running);
         }
         if done == total {
             return (per_tenant, most, samples);
@@ -105,29 +102,44 @@ async fn four_workers_never_run_more_than_the_limit_also_when_one_dies() {
     const TASKS: i64 = 300;
     let schema = TestSchema::new().await;
     let store = pool_store(&schema).await;
+    // Claimed first, and its first run holds on until its worker dies: the
+    // worker killed below is the one running it, so it surely dies with a
+    // task running (one that ends on its own may be settled by then).
+    let held =
+        NewTask::new("fleet.work", json!({"n": -1, "ms": 0, "hold": true})).queue("fleet").priority(10);
+    let held = store.submit(held).await.expect("submit the held task");
     let tasks = (0..TASKS).map(|n| NewTask::new("fleet.work", json!({"n": n, "ms": 30})).queue("fleet"));
     store.submit_batch(tasks).await.expect("submit");
     let fleet = start_fleet(&schema, "name:5").await;
     let pids: Vec<u32> = fleet.iter().map(|c| c.id().expect("running")).collect();
-    // A third of the way in, kill a worker that holds running tasks: they
-    // keep their slots until their 2 s leases run out and are recovered.
+    // A third of the way in, kill the worker running the held task: its
+    // tasks keep their slots until their 2 s leases run out and are
+    // recovered.
     let mut killed = None;
-    let (_, most, samples) = sample_until_drained(&schema, TASKS, TASKS / 3, |owners| {
-        // Worker ids are `waymark-<pid>-<random>`.
+    let (_, most, samples) = sample_until_drained(&schema, TASKS + 1, TASKS / 3, |running| {
+        let Some((_, owner)) = running.iter().find(|(id, _)| *id == held.id) else { return false };
+        // Worker ids are `waymark-<pid>-<random>/<claim>`.
         let pid = pids
             .iter()
             .copied()
-            .find(|pid| owners.iter().any(|o| o.starts_with(&format!("waymark-{pid}-"))))
-            .expect("a running task's worker is one of the fleet");
+            .find(|pid| owner.starts_with(&format!("waymark-{pid}-")))
+            .expect("the held task's worker is one of the fleet");
         let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
         killed = Some(pid);
+        true
     })
     .await;
-    assert!(killed.is_some(), "a worker was killed mid-drain");
+    assert!(killed.is_some(), "the held task's worker was killed mid-drain");
     stop_fleet(fleet).await;
     assert!(most <= 5, "the fleet ran {most} tasks at once under a limit of 5");
     assert!(most >= 3, "the limit was hardly used ({most} at most): the test measured nothing");
     assert!(samples > 50, "too few samples ({samples}) to say anything");
+    let held = store.fetch(&held.id).await.expect("the held task");
+    assert_eq!(
+        (held.status, held.attempt),
+        (waymark_store::TaskStatus::Succeeded, 2),
+        "the killed worker's held task ran again once its lease expired"
+    );
     let rerun: i64 = admin_client(&schema.url)
         .await
         .query_one(
@@ -140,7 +152,6 @@ async fn four_workers_never_run_more_than_the_limit_also_when_one_dies() {
         .await
         .expect("reruns")
         .get(0);
-    assert!(rerun >= 1, "the killed worker's tasks ran again after their leases expired");
     println!("fleet limit 5: {samples} samples, at most {most} running; {rerun} tasks rerun after the kill");
     schema.drop().await;
 }
@@ -157,7 +168,7 @@ async fn a_per_tenant_limit_holds_for_each_tenant_while_tenants_run_side_by_side
     });
     store.submit_batch(tasks).await.expect("submit");
     let fleet = start_fleet(&schema, "tenant:2").await;
-    let (per_tenant, most, samples) = sample_until_drained(&schema, TASKS, TASKS, |_| {}).await;
+    let (per_tenant, most, samples) = sample_until_drained(&schema, TASKS, TASKS, |_| false).await;
     stop_fleet(fleet).await;
     for (tenant, seen) in &per_tenant {
         assert!(*seen <= 2, "tenant {tenant:?} ran {seen} tasks at once under a limit of 2 per tenant");

@@ -1,6 +1,7 @@
 //! A worker process for the fleet-limit tests: 32 slots over queue
-//! `fleet`, tasks `fleet.work` (sleeps its payload's `ms`), under one fleet
-//! limit. Usage: `fleet_worker URL SCHEMA LIMIT` where LIMIT is
+//! `fleet`, tasks `fleet.work` (sleeps its payload's `ms`; with `"hold":
+//! true`, its first run holds on until the worker stops or dies, so a test
+//! knows which worker holds it), under one fleet limit. Usage: `fleet_worker URL SCHEMA LIMIT` where LIMIT is
 //! `name:N` (at most N `fleet.work` at once) or `tenant:N` (at most N per
 //! payload `tenant`). Leases of 2 s. Runs until SIGTERM or SIGINT.
 
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use waymark_pool::PgPool;
 use waymark_store::{ConnectOptions, FleetLimit, GroupKey, Store};
-use waymark_worker::Worker;
+use waymark_worker::{TaskError, Worker};
 
 #[tokio::main]
 async fn main() {
@@ -34,7 +35,13 @@ async fn main() {
         .lease(Duration::from_secs(2))
         .poll_interval(Duration::from_millis(100))
         .fleet_limit(limit)
-        .task("fleet.work", |_ctx, p: serde_json::Value| async move {
+        .task("fleet.work", |ctx, p: serde_json::Value| async move {
+            if p["hold"] == true && ctx.attempt() == 1 {
+                // Running until the test kills this worker; a later run,
+                // after the lease is recovered, goes through.
+                ctx.cancelled().await;
+                return Err(TaskError::new("a held task's worker stopped"));
+            }
             // Real time: the task must be running while the test samples.
             tokio::time::sleep(Duration::from_millis(p["ms"].as_u64().unwrap_or(20))).await;
             Ok(serde_json::json!("done"))
