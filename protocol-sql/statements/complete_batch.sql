@@ -18,7 +18,7 @@
 -- whatever the statistics say (protocol-sql/README.md), as it would not a
 -- bound array of known length, which a long batch could have planned as a
 -- bitmap scan, in the table's physical order. The update checks ownership,
--- the lease and the fence on each row as it takes it (a row another
+-- the lease and the owner on each row as it takes it (a row another
 -- transaction changed meanwhile is checked again on its new version). A
 -- first pass that picked the owned rows, when the statistics said none
 -- ran, read every running row for it and cost a sixth of the statement's

@@ -16,10 +16,11 @@ use crate::task::{Task, TaskStatus};
 /// gives the attempt back, so a later claim can carry the same attempt
 /// number, and only a worker id the later claim does not share keeps a
 /// write resent after a lost answer off it. waymark's worker therefore
-/// claims under an id of its own per claim (its worker id, `/`, and a
-/// claim number: `ClaimRequest::worker_id`); a caller that claims through
-/// [`Store::claim`](crate::Store::claim) itself and may resend a release
-/// should do the same.
+/// claims under an id of its own per claim ([`claim_id`]); a caller that
+/// claims through [`Store::claim`](crate::Store::claim) itself and may
+/// resend any owned write (a settlement whose answer was lost) should do
+/// the same: under one fixed id, a resent write lands on a later claim of
+/// the task by that id.
 ///
 /// ```
 /// use waymark_store::Lease;
@@ -27,6 +28,26 @@ use crate::task::{Task, TaskStatus};
 /// assert_eq!(lease.task_id(), "task_01J0000000000000000000000A");
 /// assert_eq!(lease.worker_id(), "worker-1/1f");
 /// ```
+/// A worker id for one claim: `worker_id`, `/`, and a number no other call
+/// of this process gives, from a random 64-bit start per process (so a
+/// worker id configured by hand and started again, or twice at once, does
+/// not repeat its claims' ids). Claim with it
+/// (`ClaimRequest::new(claim_id("worker-1"), ...)`) and every owned write
+/// of the claimed tasks' leases is fenced to that claim.
+///
+/// ```
+/// let a = waymark_store::claim_id("worker-1");
+/// let b = waymark_store::claim_id("worker-1");
+/// assert!(a.starts_with("worker-1/") && b.starts_with("worker-1/"));
+/// assert_ne!(a, b);
+/// ```
+pub fn claim_id(worker_id: &str) -> String {
+    static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU64> = std::sync::OnceLock::new();
+    let next = NEXT.get_or_init(|| std::sync::atomic::AtomicU64::new(rand::random::<u64>()));
+    let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{worker_id}/{n:x}")
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Lease {
     // Shared, not owned: a worker names its id in every lease it holds,

@@ -12,7 +12,9 @@
 //! let store = Store::connect(exec, ConnectOptions::default()).await?;
 //! let task = store.submit(NewTask::new("email.send", json!({"to": "ada@example.com"}))).await?;
 //!
-//! for claimed in store.claim(&ClaimRequest::new("worker-1", ["default"]).limit(10)).await? {
+//! // A worker id of its own per claim fences every write to its claim.
+//! let claim = ClaimRequest::new(waymark_store::claim_id("worker-1"), ["default"]).limit(10);
+//! for claimed in store.claim(&claim).await? {
 //!     store.complete(&claimed.lease()?, json!({"sent": true})).await?;
 //! }
 //! assert!(store.fetch(&task.id).await?.status.is_terminal());
@@ -54,7 +56,7 @@ pub use executor::{
 };
 pub use fleet::{FleetLimit, GroupKey, FLEET_LIMIT_TURN_WAIT};
 pub use id::{new_task_id, task_id_from_parts};
-pub use lease::Lease;
+pub use lease::{claim_id, Lease};
 pub use migrate::{MigrationReport, MigrationState};
 pub use observe::{Observer, RunEnd, RunScope, Scope};
 pub use options::{ClaimRequest, Conflict, Failure, ListFilter, NewTask, PurgeFilter};

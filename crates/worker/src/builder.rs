@@ -171,8 +171,10 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
         self
     }
 
-    /// The worker's id on the tasks it claims. Defaults to
-    /// `waymark-<pid>-<random>`.
+    /// The worker's id. Defaults to `waymark-<pid>-<random>`. Each claim
+    /// writes an id of its own into the rows it claims: this id, `/`, and
+    /// the claim's number (`waymark_store::claim_id`), which every owned
+    /// write of the claim names.
     pub fn worker_id(mut self, id: impl Into<String>) -> Self {
         self.worker_id = Some(id.into());
         self

@@ -13,7 +13,7 @@
 //! the turn's other draws go on, and it sits out a short pause, doubling
 //! while its turns keep being missed, before it tries again.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -142,26 +142,11 @@ pub(crate) struct Planner {
     caps: Arc<Capacities>,
     base: ClaimRequest,
     cursor: AtomicUsize,
-    /// The next claim's number (see [`Planner::claim_id`]).
-    claims: AtomicU64,
 }
 
 impl Planner {
     pub(crate) fn new(sources: Vec<Source>, caps: Arc<Capacities>, base: ClaimRequest) -> Self {
-        // From a random start, so that a worker id configured by hand and
-        // started again does not claim under the ids of its last process.
-        let claims = AtomicU64::new(u64::from(rand::random::<u32>()));
-        Planner { sources, caps, base, cursor: AtomicUsize::new(0), claims }
-    }
-
-    /// The worker id of one claim: the worker's, `/`, and the claim's
-    /// number. Every owned write of the claim's tasks names it, so a write
-    /// resent after its answer was lost never lands on a later claim of the
-    /// same task by this worker: a release gives the attempt back, and the
-    /// attempt alone could not tell the two claims apart.
-    fn claim_id(&self) -> String {
-        let n = self.claims.fetch_add(1, Ordering::Relaxed);
-        format!("{}/{n:x}", self.base.worker_id)
+        Planner { sources, caps, base, cursor: AtomicUsize::new(0) }
     }
 
     /// Whether any draw is bounded by a capacity, a fleet limit or its
@@ -223,7 +208,12 @@ impl Planner {
             }
             let limit = i64::try_from(units.count().saturating_mul(src.batch)).unwrap_or(i64::MAX);
             let mut req = self.base.clone().names(src.names.iter().cloned()).limit(limit).probe(probe);
-            req.worker_id = self.claim_id();
+            // The claim's own worker id: every owned write of its tasks
+            // names it, so a write resent after its answer was lost never
+            // lands on a later claim of the same task by this worker (a
+            // release gives the attempt back; the attempt alone could not
+            // tell the two claims apart).
+            req.worker_id = waymark_store::claim_id(&self.base.worker_id);
             if let Some(queues) = &src.queues {
                 req.queues.clone_from(queues);
             }

@@ -78,8 +78,13 @@ impl<E: PgExecutor> Store<E> {
         let mut owner: HashMap<&str, &str> = HashMap::with_capacity(leases.len());
         for lease in leases {
             lease.check()?;
+            if owner.insert(lease.task_id(), lease.worker_id()).is_some() {
+                return Err(Error::invalid(format!(
+                    "renew_leases names task {} twice: one lease per task (its answer is by task id)",
+                    lease.task_id()
+                )));
+            }
             ids.push(lease.task_id().to_owned());
-            owner.insert(lease.task_id(), lease.worker_id());
         }
         let owners_of = |ids: &[String]| -> Vec<String> {
             ids.iter().map(|id| owner.get(id.as_str()).copied().unwrap_or_default().to_owned()).collect()

@@ -162,30 +162,39 @@ impl Settlement {
 
 /// The completes of a settlement batch (one statement for all, each row
 /// checked against its own lease), checked before anything is sent; the
-/// rest run one by one.
+/// rest run one by one: failures, snoozes, and a complete of a task the
+/// batch already completes under another lease (one statement cannot tell
+/// the two apart in its answer, which names lost tasks by id).
 struct SettlePlan {
     completes: Vec<usize>,
-    singles: usize,
+    singles: Vec<usize>,
 }
 
 impl SettlePlan {
     fn new(items: &[Settlement]) -> Result<Self> {
         let mut completes = Vec::new();
-        let mut singles = 0;
+        let mut singles = Vec::new();
+        let mut owner_of: foldhash::HashMap<&str, &str> = foldhash::HashMap::default();
         for (i, item) in items.iter().enumerate() {
             match item {
                 Settlement::Complete { lease, .. } => {
                     lease.check()?;
-                    completes.push(i);
+                    match owner_of.insert(lease.task_id(), lease.worker_id()) {
+                        Some(owner) if owner != lease.worker_id() => {
+                            owner_of.insert(lease.task_id(), owner);
+                            singles.push(i);
+                        }
+                        _ => completes.push(i),
+                    }
                 }
-                Settlement::Fail { .. } | Settlement::Snooze { .. } => singles += 1,
+                Settlement::Fail { .. } | Settlement::Snooze { .. } => singles.push(i),
             }
         }
         Ok(SettlePlan { completes, singles })
     }
 
     fn statements(&self) -> usize {
-        usize::from(!self.completes.is_empty()) + self.singles
+        usize::from(!self.completes.is_empty()) + self.singles.len()
     }
 }
 
@@ -196,8 +205,9 @@ async fn settle_all<S: PgSession + ?Sized>(
 ) -> Result<Vec<Result<Settled>>> {
     let mut outcomes: Vec<Option<Result<Settled>>> = (0..items.len()).map(|_| None).collect();
     if let Some(members) = Some(&plan.completes).filter(|c| !c.is_empty()) {
-        // The first settlement of an id is the one that counts; a later one
-        // finds its row taken by the first and answers a lost lease.
+        // The first settlement of an id under one lease is the one that
+        // counts; a later one finds its row taken by the first and answers
+        // a lost lease.
         let mut first: foldhash::HashMap<&str, usize> =
             foldhash::HashMap::with_capacity_and_hasher(members.len(), Default::default());
         let mut results = serde_json::Map::new();
@@ -248,9 +258,9 @@ async fn settle_all<S: PgSession + ?Sized>(
             });
         }
     }
-    for (i, item) in items.iter().enumerate() {
-        let out = match item {
-            Settlement::Complete { .. } => continue,
+    for &i in &plan.singles {
+        let out = match &items[i] {
+            Settlement::Complete { lease, result } => complete(s, lease, result.clone()).await,
             Settlement::Fail { lease, failure } => fail(s, lease, failure).await,
             Settlement::Snooze { lease, delay } => release(s, lease, *delay).await,
         };

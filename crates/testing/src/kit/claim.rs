@@ -183,7 +183,8 @@ pub async fn progress_keeps_what_is_not_given<E: PgExecutor>(store: &Store<E>) {
 /// task, every write made with the earlier lease is refused as lost, one by
 /// one and in a settlement batch, also when a release gave the attempt
 /// back and the later claim carries the same attempt number. A settlement
-/// batch checks each lease against its own worker id. A task that is not
+/// batch checks each lease against its own worker id, also two leases of
+/// one task; a renewal refuses a task named twice. A task that is not
 /// running holds no lease.
 pub async fn a_lease_is_fenced_to_its_claims_worker_id<E: PgExecutor>(store: &Store<E>) {
     let queued = store.submit(NewTask::new("x", json!({}))).await.expect("submit");
@@ -225,12 +226,19 @@ pub async fn a_lease_is_fenced_to_its_claims_worker_id<E: PgExecutor>(store: &St
         .await
         .expect("renew");
     assert_eq!(renewal.renewed.len(), 2, "both renewed: {renewal:?}");
+    let both = [third.clone(), third.clone()];
+    let twice = store.renew_leases(&both, Duration::from_secs(60), Duration::ZERO).await;
+    assert!(matches!(twice, Err(Error::InvalidArgument(_))), "one lease per task");
+    // The earlier claim's complete beside the later one's, of one task: the
+    // later claim's lands, the earlier answers lost, whatever their order.
     let batch = [
+        Settlement::Complete { lease: first, result: json!("one") },
         Settlement::Complete { lease: second, result: json!("two") },
         Settlement::Complete { lease: third, result: json!(null) },
     ];
     let out = store.settle_batch(&batch).await.expect("the batch commits");
-    let statuses: Vec<_> = out.iter().map(|o| o.as_ref().map(|s| s.status).ok()).collect();
+    assert!(out[0].as_ref().is_err_and(Error::is_lost_lease), "{out:?}");
+    let statuses: Vec<_> = out[1..].iter().map(|o| o.as_ref().map(|s| s.status).ok()).collect();
     assert_eq!(statuses, [Some(TaskStatus::Succeeded), Some(TaskStatus::Succeeded)]);
     assert_eq!(store.fetch(&queued.id).await.expect("get").result, Some(json!("two")));
     assert_eq!(
