@@ -10,13 +10,14 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use waymark_store::{ClaimRequest, Error, FleetLimit, PgExecutor, RetryBackoff, Store, TaskDef};
 
-use crate::budget::StatementBudget;
 use crate::context::TaskContext;
-use crate::error::TaskError;
 use crate::handler::{BatchItem, Blocking, Kind, Registration, Typed, TypedBatch};
-use crate::limits::{Capacities, HandlerOptions};
+use crate::limits::Capacities;
 use crate::plan::{Planner, Source};
-use crate::worker::{ErrorHook, Settings, Shared, State, Worker, WorkerError};
+use crate::shared::{
+    ErrorHook, HandlerOptions, Settings, Shared, State, StatementBudget, TaskError, WorkerError,
+};
+use crate::worker::Worker;
 
 /// The longest lease or retry backoff a worker takes: far past any real
 /// need, and far inside the protocol's int8 milliseconds and `Instant`'s range.

@@ -10,7 +10,7 @@ use waymark_store::{Error, PgExecutor, Signal};
 use crate::plan::{claim_panicked, Drawn};
 use crate::run::{give_back, register_calls, start_call, Registered};
 use crate::runners::Runs;
-use crate::worker::Shared;
+use crate::shared::Shared;
 
 /// How long the claim loop waits at most for more free slots before it
 /// claims for the few that are free.

@@ -2,343 +2,21 @@
 //! and heartbeat writes, a cancellation token, child submits, and
 //! `complete_in` to commit its own writes with the settlement.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value as Json;
-use std::time::Duration;
-
-use crate::events::{Events, WorkerEvent};
-use tokio::sync::Notify;
-
 use waymark_store::{
-    Error, Lease, NewTask, PgExecutor, PgTransaction, Result, RetryBackoff, RunEnd, RunScope, Settlement,
-    Store, Task, TaskStatus,
+    codes, Error, ExecErrorKind, Failure, Lease, NewTask, PgExecutor, PgTransaction, Result, RetryBackoff,
+    Settlement, Store, Task, TaskStatus, MAX_SNOOZE,
 };
 
-/// Why a task's token fired.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CancelReason {
-    /// Someone asked for the task to stop (`Store::cancel`); a settlement
-    /// now ends it `canceled`.
-    Requested,
-    /// The lease is gone (it ran out, or another worker took the task):
-    /// every later write of this run is a no-op, so stop.
-    LeaseLost,
-    /// The worker is shutting down past its grace period; the task will be
-    /// given back to the queue.
-    Shutdown,
-    /// The handler ran past the worker's `max_run_time`: the task is
-    /// failed (and retried if attempts remain), so stop. An async handler
-    /// is dropped then; a blocking closure cannot be, and should return.
-    TimedOut,
-}
-
-impl CancelReason {
-    /// Its code in [`Running`]'s token (0 is "not fired").
-    fn code(self) -> u8 {
-        match self {
-            CancelReason::Requested => 1,
-            CancelReason::LeaseLost => 2,
-            CancelReason::Shutdown => 3,
-            CancelReason::TimedOut => 4,
-        }
-    }
-
-    fn from_code(code: u8) -> Option<Self> {
-        match code {
-            1 => Some(CancelReason::Requested),
-            2 => Some(CancelReason::LeaseLost),
-            3 => Some(CancelReason::Shutdown),
-            4 => Some(CancelReason::TimedOut),
-            _ => None,
-        }
-    }
-}
-
-/// What a run holds of its call while it lasts (the call's slot and its
-/// units, if it drew any, each given back when its last holder lets go):
-/// shared handles, so holding them costs no allocation per run.
-pub(crate) type CallHold =
-    (Arc<dyn std::any::Any + Send + Sync>, Option<Arc<dyn std::any::Any + Send + Sync>>);
-
-/// The worker's record of one unsettled task, shared with its handler.
-#[derive(Debug)]
-pub(crate) struct Running {
-    /// The claim, under its own worker id: the worker's own writes name it.
-    pub(crate) lease: Lease,
-    /// The claim's attempt.
-    attempt: i32,
-    /// The token: the first reason it fired for ([`CancelReason::code`]),
-    /// 0 while it has not; `fired` wakes those waiting on it. (A channel
-    /// would cost an allocation per task for what one byte holds.)
-    reason: AtomicU8,
-    fired: Notify,
-    lost: AtomicBool,
-    /// Settled (or given back): no other write may follow.
-    settled: AtomicBool,
-    /// The run is over (its future finished or was dropped).
-    ended: AtomicBool,
-    /// The run's future is being polled right now; true for long only
-    /// when it is stuck in blocking code.
-    in_poll: AtomicBool,
-    /// A blocking handler's closure is running on a blocking thread (it
-    /// may outlive the run's future).
-    blocking: AtomicBool,
-    /// A settlement the handler began itself whose write has not answered:
-    /// the worker makes it, rather than the one the handler's return maps to.
-    pending: std::sync::Mutex<Option<Settlement>>,
-    /// The call this run belongs to, while it lasts: a blocking closure
-    /// holds it (its slot and units) until the closure returns.
-    call: std::sync::Mutex<Option<CallHold>>,
-    events: Events,
-    /// The store's observer's view of this run, ended once (`observed`).
-    scope: Observed,
-    observed: AtomicBool,
-}
-
-/// A run's [`RunScope`], if the store has an observer.
-struct Observed(Option<Box<dyn RunScope>>);
-
-impl std::fmt::Debug for Observed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "Observed" } else { "Unobserved" })
-    }
-}
-
-impl Running {
-    pub(crate) fn new(
-        lease: Lease,
-        attempt: i32,
-        events: Events,
-        scope: Option<Box<dyn RunScope>>,
-    ) -> Arc<Self> {
-        Arc::new(Running {
-            lease,
-            attempt,
-            events,
-            scope: Observed(scope),
-            observed: AtomicBool::new(false),
-            reason: AtomicU8::new(0),
-            fired: Notify::new(),
-            lost: AtomicBool::new(false),
-            settled: AtomicBool::new(false),
-            ended: AtomicBool::new(false),
-            in_poll: AtomicBool::new(false),
-            blocking: AtomicBool::new(false),
-            pending: std::sync::Mutex::new(None),
-            call: std::sync::Mutex::new(None),
-        })
-    }
-
-    pub(crate) fn id(&self) -> &str {
-        self.lease.task_id()
-    }
-
-    /// The task id as the worker's map of running tasks keys it.
-    pub(crate) fn key(&self) -> &Arc<str> {
-        self.lease.shared_task_id()
-    }
-
-    pub(crate) fn attempt(&self) -> i32 {
-        self.attempt
-    }
-
-    /// Polls (or calls) the run's code inside the observer's context.
-    pub(crate) fn enter<T>(&self, run: impl FnOnce() -> T) -> T {
-        let Some(scope) = &self.scope.0 else { return run() };
-        let (mut run, mut out) = (Some(run), None);
-        scope.enter(&mut || {
-            if let Some(run) = run.take() {
-                out = Some(run());
-            }
-        });
-        // An observer that did not call `poll` is not obeyed: the run goes on.
-        match (out, run) {
-            (Some(out), _) => out,
-            (None, Some(run)) => run(),
-            (None, None) => unreachable!("the run was taken, so it answered"),
-        }
-    }
-
-    /// Tells the observer how the handler answered.
-    pub(crate) fn observe_return(&self, took: std::time::Duration, error: impl FnOnce() -> Option<String>) {
-        if let Some(scope) = &self.scope.0 {
-            scope.returned(took, error().as_deref());
-        }
-    }
-
-    /// Tells the observer how a run ended whose settlement answered "lost
-    /// lease": a resend of a write that had committed answers so too (the
-    /// executor's, the batcher's fallback), so the row decides. Our attempt,
-    /// ended: settled; a later attempt or another worker's run: lost; else
-    /// (a queued row: our retry, or a recovered lease) unknown. One read,
-    /// and only when the run is observed.
-    pub(crate) async fn observe_lost_answer<E: PgExecutor>(&self, store: &Store<E>) {
-        if self.scope.0.is_none() || self.observed.load(Ordering::SeqCst) {
-            return;
-        }
-        let end = match store.fetch(self.id()).await {
-            Ok(row) => {
-                let ours =
-                    row.attempt == self.attempt() && row.worker_id.as_deref() == Some(self.lease.worker_id());
-                if ours && row.status.is_terminal() {
-                    RunEnd::Settled(row.status)
-                } else if row.attempt > self.attempt() || (row.status == TaskStatus::Running && !ours) {
-                    RunEnd::LeaseLost
-                } else {
-                    RunEnd::Unknown
-                }
-            }
-            Err(_) => RunEnd::Unknown,
-        };
-        self.observe_end(end);
-    }
-
-    /// Tells the observer how the run ended, the first time only.
-    pub(crate) fn observe_end(&self, end: RunEnd) {
-        if let Some(scope) = &self.scope.0 {
-            if !self.observed.swap(true, Ordering::SeqCst) {
-                // The observer's code: a panic there is logged, not let
-                // through the loops that report ends (a flush, the
-                // heartbeat), where it would stop other tasks' work.
-                let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scope.end(end)));
-                if let Err(panic) = ended {
-                    tracing::error!(
-                        task = %self.id(),
-                        panic = %crate::run::panic_message(&panic),
-                        "an observer panicked as a run ended"
-                    );
-                }
-            }
-        }
-    }
-
-    /// Reports a settlement of this run that committed.
-    pub(crate) fn report_settled(&self, status: waymark_store::TaskStatus) {
-        self.observe_end(RunEnd::Settled(status));
-        self.events.emit(|| WorkerEvent::Settled {
-            task_id: self.id().to_owned(),
-            attempt: self.attempt(),
-            status,
-        });
-    }
-
-    /// Reports a give-back of this run's task that committed.
-    pub(crate) fn report_given_back(&self, status: waymark_store::TaskStatus) {
-        self.observe_end(RunEnd::GivenBack(status));
-        self.events.emit(|| WorkerEvent::GivenBack {
-            task_id: self.id().to_owned(),
-            attempt: self.attempt(),
-            status,
-        });
-    }
-
-    /// Fires the token, keeping the first reason.
-    pub(crate) fn cancel(&self, reason: CancelReason) {
-        if self.reason.compare_exchange(0, reason.code(), Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-            self.fired.notify_waiters();
-        }
-    }
-
-    /// Why the token fired, if it did.
-    pub(crate) fn reason(&self) -> Option<CancelReason> {
-        CancelReason::from_code(self.reason.load(Ordering::SeqCst))
-    }
-
-    /// Resolves when the token fires, with the reason it fired for.
-    pub(crate) async fn fired(&self) -> CancelReason {
-        loop {
-            // Registered before the reason is read: a fire between the two
-            // still wakes this waiter.
-            let notified = self.fired.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
-            if let Some(reason) = self.reason() {
-                return reason;
-            }
-            notified.await;
-        }
-    }
-
-    pub(crate) fn mark_lost(&self) {
-        // A run already settled loses nothing (a re-claim of a retry due
-        // at once finds it winding down).
-        if !self.lost.swap(true, Ordering::SeqCst) && !self.is_settled() {
-            // With the handler's own settlement unanswered, the row may be
-            // settled by it rather than taken.
-            let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner()).is_some();
-            self.observe_end(if pending { RunEnd::Unknown } else { RunEnd::LeaseLost });
-            self.events
-                .emit(|| WorkerEvent::LeaseLost { task_id: self.id().to_owned(), attempt: self.attempt() });
-        }
-        self.cancel(CancelReason::LeaseLost);
-    }
-
-    pub(crate) fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::SeqCst)
-    }
-
-    /// Claims the one settlement; false if something settled it already.
-    pub(crate) fn take_settlement(&self) -> bool {
-        !self.settled.swap(true, Ordering::SeqCst)
-    }
-
-    pub(crate) fn set_pending(&self, settlement: Settlement) {
-        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(settlement);
-    }
-
-    /// The handler's own settlement whose write did not answer, if any.
-    pub(crate) fn take_pending(&self) -> Option<Settlement> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-
-    /// Ties this run to its call's slot and units (see `run::SlotHold` and
-    /// `run::UnitsHold`), or unties it.
-    pub(crate) fn hold_call(&self, call: Option<CallHold>) {
-        *self.call.lock().unwrap_or_else(|p| p.into_inner()) = call;
-    }
-
-    /// Undoes [`Running::take_settlement`] for a handler's own settlement
-    /// whose write failed without an answer.
-    pub(crate) fn give_back_settlement(&self) {
-        self.settled.store(false, Ordering::SeqCst);
-    }
-
-    pub(crate) fn is_settled(&self) -> bool {
-        self.settled.load(Ordering::SeqCst)
-    }
-
-    pub(crate) fn mark_ended(&self) {
-        self.ended.store(true, Ordering::SeqCst);
-    }
-
-    pub(crate) fn set_in_poll(&self, polling: bool) {
-        self.in_poll.store(polling, Ordering::SeqCst);
-    }
-
-    /// Whether the run is inside a poll that has not returned: seen after
-    /// shutdown's bound, it is stuck in blocking code. (A run merely
-    /// starved of a thread is not: it is parked, waiting to be polled.)
-    pub(crate) fn is_stuck(&self) -> bool {
-        (!self.ended.load(Ordering::SeqCst) && self.in_poll.load(Ordering::SeqCst))
-            || self.blocking.load(Ordering::SeqCst)
-    }
-}
+use crate::shared::{envelope, CallHold, CancelReason, Running, TaskError};
 
 /// Gives a handler's own settlement back to the worker unless disarmed
 /// (its write answered).
 struct HandBack<'a>(Option<&'a Running>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // Nothing reported an end: no write of this run is known to have
-        // committed.
-        self.observe_end(RunEnd::Unknown);
-    }
-}
 
 impl Drop for HandBack<'_> {
     fn drop(&mut self) {
@@ -366,7 +44,7 @@ impl BlockingGuard {
 
 impl Drop for BlockingGuard {
     fn drop(&mut self) {
-        self.running.blocking.store(false, Ordering::SeqCst);
+        self.running.set_blocking(false);
     }
 }
 
@@ -456,8 +134,8 @@ impl<E> TaskContext<E> {
     }
 
     pub(crate) fn blocking_guard(&self) -> BlockingGuard {
-        self.running.blocking.store(true, Ordering::SeqCst);
-        let call = self.running.call.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        self.running.set_blocking(true);
+        let call = self.running.call_hold();
         BlockingGuard { running: self.running.clone(), _call: call }
     }
 
@@ -538,19 +216,18 @@ impl<E: PgExecutor> TaskContext<E> {
     /// Fails the task now, as the worker would on `Err(error)`: retried
     /// after the backoff if retryable with attempts left, else failed
     /// (canceled if a cancel was requested). See [`TaskContext::complete`].
-    pub async fn fail(&self, error: crate::TaskError) -> Result<Option<Task>> {
+    pub async fn fail(&self, error: TaskError) -> Result<Option<Task>> {
         let delay = if error.is_retryable() { self.backoff.delay(self.task.attempt) } else { Duration::ZERO };
-        let failure =
-            waymark_store::Failure::new(error.envelope()).retryable(error.is_retryable()).delay(delay);
+        let failure = Failure::new(error.envelope()).retryable(error.is_retryable()).delay(delay);
         self.settle_now(Settlement::Fail { lease: self.lease().clone(), failure }).await
     }
 
     /// Snoozes the task now, as the worker would on
     /// `Err(TaskError::snooze(delay))`: queued again, due after `delay`,
-    /// its attempt unspent. A delay past [`waymark_store::MAX_SNOOZE`] is
+    /// its attempt unspent. A delay past [`MAX_SNOOZE`] is
     /// cut to it. See [`TaskContext::complete`].
     pub async fn snooze(&self, delay: Duration) -> Result<Option<Task>> {
-        let delay = delay.min(waymark_store::MAX_SNOOZE);
+        let delay = delay.min(MAX_SNOOZE);
         self.settle_now(Settlement::Snooze { lease: self.lease().clone(), delay }).await
     }
 
@@ -692,7 +369,7 @@ impl<E: PgExecutor> TaskContext<E> {
     /// whose answer never came (a lost connection, a timeout) may have
     /// landed: that task is left to its lease.
     async fn record_failed_commit(&self, e: &Error) {
-        let definite = e.exec_kind() == Some(waymark_store::ExecErrorKind::Query) && e.sqlstate().is_some();
+        let definite = e.exec_kind() == Some(ExecErrorKind::Query) && e.sqlstate().is_some();
         if !definite || self.running.is_lost() {
             tracing::warn!(task = %self.task.id, error = %e, "commit of complete_in failed with an unknown outcome; the lease decides");
             return;
@@ -708,13 +385,13 @@ impl<E: PgExecutor> TaskContext<E> {
             }
             return;
         }
-        let envelope = crate::error::envelope(
+        let envelope = envelope(
             "CommitFailed",
-            waymark_store::codes::HANDLER_ERROR,
+            codes::HANDLER_ERROR,
             format!("the commit of complete_in failed: {e}"),
             true,
         );
-        let failure = waymark_store::Failure::new(envelope).delay(self.backoff.delay(self.task.attempt));
+        let failure = Failure::new(envelope).delay(self.backoff.delay(self.task.attempt));
         match self.store.fail(self.lease(), &failure).await {
             Ok(task) => self.running.report_settled(task.status),
             Err(err) => {

@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::Value as Json;
 
 use crate::context::TaskContext;
-use crate::error::TaskError;
+use crate::shared::{HandlerOptions, TaskError};
 
 /// A registered handler: one task per call, or batches of up to `.1`.
 pub(crate) enum Kind<E> {
@@ -25,7 +25,7 @@ pub(crate) enum Kind<E> {
 /// What the builder recorded for one task name.
 pub(crate) struct Registration<E> {
     pub(crate) kind: Kind<E>,
-    pub(crate) options: crate::limits::HandlerOptions,
+    pub(crate) options: HandlerOptions,
     /// A quick handler's record of its calls' first polls, which decides
     /// whether they run in groups ([`crate::pace`]); `None` for others.
     pub(crate) pace: Option<Arc<crate::pace::Pace>>,

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use waymark_store::{Lease, PgExecutor};
 
-use crate::context::{CancelReason, Running};
-use crate::worker::Shared;
+use crate::shared::{CancelReason, Running, Shared};
 
 /// The longest a beat waits for the rows another transaction held.
 const HELD_ROWS_WAIT: Duration = Duration::from_secs(5);

@@ -106,32 +106,26 @@
 //! skips the grace; [`Worker::serve`] maps SIGINT and SIGTERM to shutdown
 //! and a second signal to `stop_now`.
 
-mod budget;
 mod builder;
 mod claim_loop;
 mod context;
-mod error;
-mod events;
 mod handler;
 mod heartbeat;
 mod limits;
-mod one_or_many;
 mod pace;
 mod plan;
 mod run;
 mod runners;
 mod settle;
-mod settled;
+mod shared;
 mod shutdown;
 mod worker;
 
 pub use builder::{TaskName, WorkerBuilder};
-pub use context::{CancelReason, TaskContext};
-pub use error::TaskError;
-pub use events::WorkerEvent;
+pub use context::TaskContext;
 pub use handler::BatchItem;
-pub use limits::HandlerOptions;
-pub use worker::{Worker, WorkerError, WorkerHandle};
+pub use shared::{CancelReason, HandlerOptions, TaskError, WorkerError, WorkerEvent};
+pub use worker::{Worker, WorkerHandle};
 
 #[doc(no_inline)]
 pub use waymark_store::{FleetLimit, GroupKey, PgExecutor};

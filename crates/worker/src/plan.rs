@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use waymark_store::{ClaimRequest, Error, FleetLimit, PgExecutor, Store, Task};
 
 use crate::limits::{Capacities, Units};
-use crate::one_or_many::OneOrMany;
+use crate::shared::OneOrMany;
 
 /// One draw's names, its tasks per call, and the capacities it spends;
 /// its queues when it draws from some of the worker's only, and the fleet

@@ -4,24 +4,22 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use waymark_store::{codes, Error, Failure, Lease, PgExecutor, Settled, Settlement, Task};
 
-use crate::context::{CancelReason, Running, TaskContext};
-use crate::error::envelope;
-use crate::events::WorkerEvent;
+use crate::context::TaskContext;
 use crate::handler::{BatchHandler, BatchOutcome, Handler, Kind, Outcome};
 use crate::limits::Units;
-use crate::one_or_many::OneOrMany;
 use crate::pace::Pace;
 use crate::plan::Call;
 use crate::settle::{FollowUp, Settler};
+use crate::shared::{
+    envelope, panic_message, CancelReason, Ended, Hold, OneOrMany, Running, Shared, Slot, WorkerEvent,
+};
 use crate::shutdown::{release, GiveBack};
-use crate::worker::{RunningMap, Shared};
 
 /// How long a handler may take to stop by itself once shutdown fires its
 /// token, before its future is dropped.
@@ -114,36 +112,8 @@ pub(crate) async fn give_back<E: PgExecutor + 'static>(
     }
     drop(units);
     shared.state.slot_freed.notify_one();
-    end_runs(&shared, &running);
+    shared.state.end_runs(&running);
     None
-}
-
-/// Marks runs ended and takes their entries out of the running map (those
-/// that are still theirs), except past the shutdown grace, when shutdown
-/// owns the map.
-fn end_runs<E>(shared: &Shared<E>, running: &[Arc<Running>]) {
-    let past_grace = *shared.state.past_grace.borrow();
-    let mut map = shared.state.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    end_runs_in(&mut map, past_grace, running);
-}
-
-/// [`end_runs`] with the running map locked, and whether shutdown is past
-/// its grace read, by the caller.
-fn end_runs_in(map: &mut RunningMap, past_grace: bool, running: &[Arc<Running>]) {
-    for run in running {
-        run.mark_ended();
-        run.hold_call(None);
-        if past_grace {
-            continue;
-        }
-        // Taken out at once (the id hashed once); put back in the rare case
-        // that the entry is a later run's of the same task.
-        if let Some((key, other)) = map.remove_entry(run.id()) {
-            if !Arc::ptr_eq(&other, run) {
-                map.insert(key, other);
-            }
-        }
-    }
 }
 
 /// Starts one registered handler call: a task, or a batch of one name's
@@ -164,24 +134,10 @@ pub(crate) fn start_call<E: PgExecutor + 'static>(
         Some((Kind::Batch(handler, _), _)) => (CallHandler::Batch(handler.clone()), None),
         None => (CallHandler::One(None), None),
     };
-    // From here, whatever happens (a panic, the call dropped unrun as the
-    // runners stop), the slot comes free.
-    let place = SlotHold::new(shared);
     // Units of nothing (no limits) need no holder: nothing to give back,
     // and the slot's own release wakes the claim loop.
-    let units = units.hold_capacity().then(|| UnitsHold::new(shared, units));
-    for run in &running {
-        let units = units.clone().map(|u| u as Arc<dyn std::any::Any + Send + Sync>);
-        run.hold_call(Some((place.clone(), units)));
-    }
-    let slot = Slot {
-        shared: shared.clone(),
-        running,
-        place: Mutex::new(Some(place)),
-        _units: units,
-        started: Instant::now(),
-        ended: false,
-    };
+    let units = units.hold_capacity().then(|| UnitsHold::new(shared, units) as Hold);
+    let slot = Slot::new(shared, running, units);
     Some(Started { slot, tasks, handler, pace })
 }
 
@@ -227,7 +183,7 @@ pub(crate) async fn run_call<E: PgExecutor + 'static>(
     let Started { slot, tasks, handler, pace: _ } = call;
     let is_batch = matches!(handler, CallHandler::Batch(_));
     let handed = {
-        let running = &slot.running;
+        let running = slot.runs();
         let body = async {
             match handler {
                 // Boxed: a batch's state would widen every one-task run's
@@ -240,10 +196,12 @@ pub(crate) async fn run_call<E: PgExecutor + 'static>(
                     let (task, run) = (&tasks[0], &running[0]);
                     let outcome = run_handler(shared, handler, task, run).await;
                     #[cfg(feature = "test-hooks")]
+                    use std::sync::atomic::Ordering::SeqCst;
+                    #[cfg(feature = "test-hooks")]
                     if shared
                         .state
                         .panics_past_handlers
-                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
                         .is_ok()
                     {
                         panic!("test hook: a panic in the worker's own code, past the handler");
@@ -283,10 +241,10 @@ pub(crate) async fn run_call<E: PgExecutor + 'static>(
     if let Some((settlement, Handoff { slot })) = settler.hand_off(settlement, Handoff { slot }) {
         // Boxed (by `within`): rare, and inline it would widen every
         // call's future.
-        let run = slot.running[0].clone();
+        let run = slot.runs()[0].clone();
         let (shared, settler) = (shared.clone(), settler.clone());
         within(run, async move {
-            let run = &slot.running[0];
+            let run = &slot.runs()[0];
             let answer = settler.settle(&shared.store, &settlement).await;
             if let Some(rest) = answered(&shared, || settler.clone(), run, settlement, answer) {
                 rest.await;
@@ -314,64 +272,14 @@ pub(crate) fn handed_answer<E: PgExecutor + 'static>(
     ended: &mut Ended<E>,
 ) -> Option<FollowUp> {
     let Handoff { slot } = handoff;
-    let Some(rest) = answered(&slot.shared, settler, &slot.running[0], settlement, answer) else {
-        ended.0.push(slot);
+    let Some(rest) = answered(slot.shared(), settler, &slot.runs()[0], settlement, answer) else {
+        ended.push(slot);
         return None;
     };
     Some(Box::pin(async move {
         rest.await;
         drop(slot);
     }))
-}
-
-/// Handed-off calls whose answers are recorded, ended together when this
-/// drops (at the end of a flush): the running map locked once for them
-/// all, and the claim loop woken once for their settling (and by each
-/// call's units, when it has limits, as they go).
-pub(crate) struct Ended<E>(Vec<Slot<E>>);
-
-impl<E> Ended<E> {
-    /// Room for `calls` ended calls: a flush's hundreds would otherwise
-    /// move the list each time it grew.
-    pub(crate) fn with_capacity(calls: usize) -> Self {
-        Ended(Vec::with_capacity(calls))
-    }
-}
-
-impl<E> Drop for Ended<E> {
-    fn drop(&mut self) {
-        let Some(first) = self.0.first() else { return };
-        let shared = first.shared.clone();
-        let settled = {
-            let past_grace = *shared.state.past_grace.borrow();
-            let mut map = shared.state.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            self.0.iter_mut().map(|slot| slot.end_in(&mut map, past_grace)).sum()
-        };
-        shared.state.stopped_settling(settled);
-        // Each slot's drop now only lets go of its units.
-    }
-}
-
-/// A call's place among the worker's `concurrency` slots. Given back (and
-/// the claim loop woken) when the last holder lets go: the call's [`Slot`]
-/// once the handler has ended (its settlement need not wait for it), or a
-/// blocking closure that outlives its run.
-pub(crate) struct SlotHold<E> {
-    shared: Arc<Shared<E>>,
-}
-
-impl<E> SlotHold<E> {
-    fn new(shared: &Arc<Shared<E>>) -> Arc<Self> {
-        shared.state.busy.fetch_add(1, Ordering::SeqCst);
-        Arc::new(SlotHold { shared: shared.clone() })
-    }
-}
-
-impl<E> Drop for SlotHold<E> {
-    fn drop(&mut self) {
-        self.shared.state.busy.fetch_sub(1, Ordering::SeqCst);
-        self.shared.state.slot_freed.notify_one();
-    }
 }
 
 /// The units a call drew (resources, a handler's `max_running`). Given
@@ -385,7 +293,10 @@ pub(crate) struct UnitsHold<E> {
 }
 
 impl<E> UnitsHold<E> {
-    fn new(shared: &Arc<Shared<E>>, units: Units) -> Arc<Self> {
+    fn new(shared: &Arc<Shared<E>>, units: Units) -> Arc<Self>
+    where
+        E: PgExecutor + 'static,
+    {
         Arc::new(UnitsHold { shared: shared.clone(), units: Some(units) })
     }
 }
@@ -395,84 +306,6 @@ impl<E> Drop for UnitsHold<E> {
         // The units first: a claim the wakeup starts must find them free.
         drop(self.units.take());
         self.shared.state.slot_freed.notify_one();
-    }
-}
-
-/// Ends a call when it drops, however the call ends: with its future, or,
-/// for a one-task call that handed its settlement off, once the batcher has
-/// its answer ([`Handoff`]; several at once through [`Ended`]). Its tasks'
-/// entries leave the running map (those that are still this call's),
-/// except past the shutdown grace: shutdown owns the map then, and a run
-/// it stopped ends unsettled, its lease renewed until shutdown gives the
-/// task back.
-///
-/// The call's slot goes earlier, when the handler ends
-/// ([`Slot::handler_ended`]): a slot bounds handlers at work, and tasks
-/// whose settlements are on their way (batched, committing) count among
-/// the worker's settling tasks (`State::settling`), bounded apart. Its
-/// units go with it, after the settlement.
-pub(crate) struct Slot<E> {
-    shared: Arc<Shared<E>>,
-    running: OneOrMany<Arc<Running>>,
-    place: Mutex<Option<Arc<SlotHold<E>>>>,
-    _units: Option<Arc<UnitsHold<E>>>,
-    /// When it took its slot: how long a call holds a slot, its wait for a
-    /// runner with it, is what `CallTime` keeps (the claim loop sizes what
-    /// it claims ahead by it).
-    started: Instant,
-    /// Its runs already ended, with others' ([`Ended`]).
-    ended: bool,
-}
-
-impl<E> Slot<E> {
-    /// The handler has ended: the call's slot comes free (unless a
-    /// blocking closure still holds it) while its tasks' settlements go
-    /// on, counted as settling until this slot drops.
-    pub(crate) fn handler_ended(&self) {
-        let place = self.place.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
-        if place.is_none() {
-            return;
-        }
-        self.shared.state.settling.fetch_add(self.running.len(), Ordering::SeqCst);
-        self.shared.state.call_time.record(self.started.elapsed());
-        for run in &self.running {
-            run.hold_call(None);
-        }
-        drop(place);
-    }
-}
-
-impl<E> Slot<E> {
-    /// Ends the call's runs (the running map locked, and whether shutdown
-    /// is past its grace read, by the caller), its slot with them if its
-    /// handler never ended; answers how many of its tasks stop settling.
-    fn end_in(&mut self, map: &mut RunningMap, past_grace: bool) -> usize {
-        self.ended = true;
-        end_runs_in(map, past_grace, &self.running);
-        // Settled after its handler ended (which took the place): its
-        // tasks stop settling. Otherwise the slot goes here, unless a
-        // blocking closure still holds it.
-        match self.place.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
-            None => self.running.len(),
-            Some(_) => 0,
-        }
-    }
-}
-
-impl<E> Drop for Slot<E> {
-    fn drop(&mut self) {
-        if self.ended {
-            return;
-        }
-        let shared = self.shared.clone();
-        let settled = {
-            let past_grace = *shared.state.past_grace.borrow();
-            let mut map = shared.state.running.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            self.end_in(&mut map, past_grace)
-        };
-        shared.state.stopped_settling(settled);
-        // The units go at the end of this body, unless a blocking closure
-        // still holds them.
     }
 }
 
@@ -662,16 +495,6 @@ fn ended<T>(r: Result<Result<T, Box<dyn std::any::Any + Send>>, Duration>) -> Re
         Ok(Ok(out)) => Ok(out),
         Ok(Err(panic)) => Err(RunEnd::Panicked(panic_message(&panic))),
         Err(limit) => Err(RunEnd::TimedOut(limit)),
-    }
-}
-
-pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "the handler panicked".to_owned()
     }
 }
 

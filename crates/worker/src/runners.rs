@@ -57,7 +57,7 @@ use waymark_store::PgExecutor;
 
 use crate::run::{run_call, Started};
 use crate::settle::Settler;
-use crate::worker::Shared;
+use crate::shared::Shared;
 
 /// The worker's calls and the runners that run them; see the module docs.
 /// Dropping it stops the runners (a call under way is dropped, as an

@@ -18,8 +18,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use waymark_store::{PgExecutor, Result, Settled, Settlement, Store};
 
-use crate::budget::StatementBudget;
-use crate::run::{handed_answer, Ended, Handoff};
+use crate::run::{handed_answer, Handoff};
+use crate::shared::{Ended, StatementBudget};
 
 /// What a flush leaves to do after its answers: a handed-off settlement's
 /// rare paths (a resend, a refused result's failure, a lost lease's read).

@@ -6,10 +6,9 @@ use std::time::{Duration, Instant};
 
 use waymark_store::{Error, PgExecutor};
 
-use crate::context::{CancelReason, Running};
 use crate::run::{while_passing, STOP_GRACE};
 use crate::runners::Runs;
-use crate::worker::Shared;
+use crate::shared::{CancelReason, Running, Shared};
 
 /// How long shutdown waits, after the stop grace, for runs that are
 /// finishing a settlement, before it stops waiting for them.

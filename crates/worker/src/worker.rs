@@ -1,193 +1,18 @@
 //! The worker: a claim loop, a heartbeat loop, runners for the calls,
 //! settlement once per task, and graceful shutdown.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use tokio::sync::{watch, Notify};
-use waymark_store::{Error, PgExecutor, RetryBackoff, Store};
+use tokio::sync::watch;
+use waymark_store::{PgExecutor, Store};
 
-use crate::budget::StatementBudget;
 use crate::builder::WorkerBuilder;
 use crate::claim_loop::claim_loop;
-use crate::context::Running;
-use crate::events::{Events, WorkerEvent};
-use crate::handler::Registration;
 use crate::heartbeat::heartbeat_loop;
-use crate::plan::Planner;
 use crate::runners::Runs;
 use crate::settle::Settler;
-use crate::settled::SettledCount;
+use crate::shared::{Events, SettledCount, Shared, WorkerEvent};
 use crate::shutdown::shutdown;
-
-/// A failure the worker survived (a claim, heartbeat or settlement that
-/// failed), passed to the error hook.
-#[derive(Debug)]
-pub struct WorkerError {
-    /// What the worker was doing, such as `claim` or `settle task_01...`.
-    pub during: String,
-    /// The cause.
-    pub error: Error,
-}
-
-pub(crate) type ErrorHook = Arc<dyn Fn(&WorkerError) + Send + Sync>;
-
-/// What the builder settled; fixed for the worker's life.
-pub(crate) struct Settings {
-    pub(crate) queues: Vec<String>,
-    pub(crate) concurrency: usize,
-    pub(crate) lease: Duration,
-    pub(crate) heartbeat: Duration,
-    pub(crate) poll_interval: Duration,
-    pub(crate) max_run_time: Option<Duration>,
-    pub(crate) shutdown_grace: Duration,
-    pub(crate) backoff: RetryBackoff,
-    pub(crate) settle_batch: usize,
-    pub(crate) settle_window: Duration,
-    pub(crate) worker_id: Arc<str>,
-}
-
-/// Unsettled tasks' runs, by task id.
-pub(crate) type RunningMap = foldhash::HashMap<Arc<str>, Arc<Running>>;
-
-/// What changes while the worker runs.
-#[derive(Default)]
-pub(crate) struct State {
-    /// Unsettled tasks by id: what the heartbeat renews. Past the shutdown
-    /// grace, shutdown alone takes entries out.
-    pub(crate) running: Mutex<RunningMap>,
-    /// Calls whose handlers have not ended (each holds a slot). Counted
-    /// apart from `running`: a task re-claimed while our earlier run of it
-    /// is still in its handler holds two slots, one entry.
-    pub(crate) busy: AtomicUsize,
-    /// Tasks whose calls' handlers have ended and whose settlements are on
-    /// their way: they hold no slot, and the claim loop keeps them within a
-    /// bound of their own (`claim_loop::settling_bound`).
-    pub(crate) settling: AtomicUsize,
-    /// How long handler calls take, smoothed.
-    pub(crate) call_time: CallTime,
-    pub(crate) slot_freed: Notify,
-    pub(crate) stop: watch::Sender<bool>,
-    /// Set when shutdown's grace period has passed: runs still going stop.
-    pub(crate) past_grace: watch::Sender<bool>,
-    /// Set by [`WorkerHandle::stop_now`]: no grace, no moment to stop.
-    pub(crate) stop_now: watch::Sender<bool>,
-    #[cfg(feature = "test-hooks")]
-    pub(crate) heartbeats_paused: std::sync::atomic::AtomicBool,
-    /// Calls polled in a group (see `runners`), for tests.
-    #[cfg(feature = "test-hooks")]
-    pub(crate) grouped_calls: std::sync::atomic::AtomicU64,
-    /// One-task calls still to panic in the worker's own code once their
-    /// handlers return (see [`WorkerHandle::panic_past_handlers`]).
-    #[cfg(feature = "test-hooks")]
-    pub(crate) panics_past_handlers: AtomicUsize,
-    pub(crate) settled: Arc<SettledCount>,
-    pub(crate) events: Events,
-}
-
-impl State {
-    /// Past shutdown's grace, or told to stop now: a settlement failing
-    /// for a passing reason is not sent again, and its lease decides.
-    pub(crate) fn settlements_given_up(&self) -> bool {
-        *self.past_grace.borrow() || *self.stop_now.borrow()
-    }
-
-    /// `n` tasks' settlements have been answered (their calls ended): they
-    /// stop settling, and the claim loop (or shutdown) hears it.
-    pub(crate) fn stopped_settling(&self, n: usize) {
-        if n > 0 {
-            self.settling.fetch_sub(n, std::sync::atomic::Ordering::SeqCst);
-            self.slot_freed.notify_one();
-        }
-    }
-
-    /// Until no task is settling: every handed-off settlement answered.
-    /// Waits on `slot_freed`, which only shutdown waits on once the claim
-    /// loop has ended.
-    pub(crate) async fn settlements_answered(&self) {
-        loop {
-            let freed = self.slot_freed.notified();
-            if self.settling.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-                return;
-            }
-            freed.await;
-        }
-    }
-}
-
-/// How long handler calls take: a moving average of the last few dozen
-/// (each new one weighs an eighth), unknown before the first ends. The
-/// claim loop claims ahead of its free slots only while calls are short.
-#[derive(Debug)]
-pub(crate) struct CallTime {
-    average_micros: AtomicU64,
-    ended: AtomicU64,
-}
-
-impl Default for CallTime {
-    fn default() -> Self {
-        CallTime { average_micros: AtomicU64::new(u64::MAX), ended: AtomicU64::new(0) }
-    }
-}
-
-impl CallTime {
-    pub(crate) fn record(&self, took: Duration) {
-        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX - 1).min(u64::MAX - 1);
-        let _ = self.average_micros.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-            Some(if old == u64::MAX { micros } else { old - old / 8 + micros / 8 })
-        });
-        self.ended.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// How many calls have ended.
-    pub(crate) fn ended(&self) -> u64 {
-        self.ended.load(Ordering::Relaxed)
-    }
-
-    /// The average, once a call has ended.
-    pub(crate) fn average(&self) -> Option<Duration> {
-        let micros = self.average_micros.load(Ordering::Relaxed);
-        (micros != u64::MAX).then(|| Duration::from_micros(micros))
-    }
-}
-
-/// Everything the worker's tasks share: its store and handlers, its
-/// settings, and its state.
-pub(crate) struct Shared<E> {
-    pub(crate) store: Arc<Store<E>>,
-    pub(crate) handlers: foldhash::HashMap<String, Registration<E>>,
-    pub(crate) planner: Planner,
-    pub(crate) on_error: ErrorHook,
-    /// Places for claims and settlement flushes (see [`StatementBudget`]).
-    pub(crate) statements: Arc<StatementBudget>,
-    pub(crate) settings: Settings,
-    pub(crate) state: State,
-}
-
-impl<E> Shared<E> {
-    /// Calls the error hook. A hook that panics is caught and logged: it
-    /// is called from the heartbeat and from give-backs, which must go on.
-    pub(crate) fn report(&self, during: impl Into<String>, error: Error) {
-        let report = WorkerError { during: during.into(), error };
-        let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.on_error)(&report)));
-        if let Err(panic) = called {
-            let panic = crate::run::panic_message(&panic);
-            tracing::error!(during = %report.during, error = %report.error, "the worker's on_error hook panicked: {panic}");
-        }
-    }
-
-    /// The task names it has handlers for, sorted.
-    pub(crate) fn task_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.handlers.keys().cloned().collect();
-        names.sort();
-        names
-    }
-
-    pub(crate) fn running_count(&self) -> usize {
-        self.state.busy.load(Ordering::SeqCst)
-    }
-}
 
 /// A worker; see the crate docs. [`Worker::run`] drives it until
 /// [`WorkerHandle::shutdown`].
@@ -334,11 +159,15 @@ impl<E: PgExecutor + 'static> Worker<E> {
             stop: self.shared.state.stop.clone(),
             stop_now: self.shared.state.stop_now.clone(),
             #[cfg(feature = "test-hooks")]
-            paused: Arc::new(move |p| s1.state.heartbeats_paused.store(p, Ordering::SeqCst)),
+            paused: Arc::new(move |p| {
+                s1.state.heartbeats_paused.store(p, std::sync::atomic::Ordering::SeqCst)
+            }),
             #[cfg(feature = "test-hooks")]
-            grouped: Arc::new(move || s3.state.grouped_calls.load(Ordering::Relaxed)),
+            grouped: Arc::new(move || s3.state.grouped_calls.load(std::sync::atomic::Ordering::Relaxed)),
             #[cfg(feature = "test-hooks")]
-            panics: Arc::new(move |n| s4.state.panics_past_handlers.store(n, Ordering::SeqCst)),
+            panics: Arc::new(move |n| {
+                s4.state.panics_past_handlers.store(n, std::sync::atomic::Ordering::SeqCst)
+            }),
             running: Arc::new(move || s2.running_count()),
             settled: self.shared.state.settled.clone(),
             events: self.shared.state.events.clone(),

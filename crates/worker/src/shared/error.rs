@@ -149,3 +149,14 @@ impl From<serde_json::Error> for TaskError {
 pub(crate) fn envelope(kind: &str, code: &str, message: String, retryable: bool) -> Json {
     json!({"type": kind, "code": code, "message": message, "retryable": retryable, "details": {}})
 }
+
+/// What a caught panic says.
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "the handler panicked".to_owned()
+    }
+}
