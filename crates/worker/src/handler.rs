@@ -14,6 +14,7 @@ use serde::Serialize;
 use serde_json::Value as Json;
 
 use crate::context::TaskContext;
+use crate::settle::Outcome;
 use crate::shared::{HandlerOptions, TaskError};
 
 /// A registered handler: one task per call, or batches of up to `.1`.
@@ -29,19 +30,6 @@ pub(crate) struct Registration<E> {
     /// A quick handler's record of its calls' first polls, which decides
     /// whether they run in groups ([`crate::pace`]); `None` for others.
     pub(crate) pace: Option<Arc<crate::pace::Pace>>,
-}
-
-/// How one run of a handler ended, before settlement.
-#[derive(Debug, Clone)]
-pub(crate) enum Outcome {
-    /// The result, serialised.
-    Done(Json),
-    /// The handler returned an error.
-    Failed(TaskError),
-    /// The payload did not deserialise into the handler's type.
-    BadPayload(String),
-    /// The result did not serialise.
-    Unserializable(String),
 }
 
 pub(crate) type BoxOutcome = Pin<Box<dyn Future<Output = Outcome> + Send>>;

@@ -8,18 +8,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use waymark_store::{codes, Error, Failure, Lease, PgExecutor, Settled, Settlement, Task};
+use waymark_store::{Lease, PgExecutor, Task};
 
 use crate::context::TaskContext;
-use crate::handler::{BatchHandler, BatchOutcome, Handler, Kind, Outcome};
+use crate::handler::{BatchHandler, BatchOutcome, Handler, Kind};
 use crate::limits::Units;
 use crate::pace::Pace;
 use crate::plan::Call;
-use crate::settle::{FollowUp, Settler};
-use crate::shared::{
-    envelope, panic_message, CancelReason, Ended, Hold, OneOrMany, Running, Shared, Slot, WorkerEvent,
-};
-use crate::shutdown::{release, GiveBack};
+use crate::settle::{release, GiveBack, HandlerEnd, Outcome, Settler};
+use crate::shared::{panic_message, CancelReason, Hold, OneOrMany, Running, Shared, Slot, WorkerEvent};
 
 /// How long a handler may take to stop by itself once shutdown fires its
 /// token, before its future is dropped.
@@ -209,11 +206,11 @@ pub(crate) async fn run_call<E: PgExecutor + 'static>(
                     slot.handler_ended();
                     if settler.is_batched() {
                         // Handed off below, with the slot.
-                        return settlement_for(shared, task, run, outcome);
+                        return settler.settlement_for(task, run, outcome);
                     }
                     // Boxed, as the batch's run: only a worker without
                     // a batcher settles here.
-                    Box::pin(settle(shared, settler, task, run, outcome)).await;
+                    Box::pin(settler.settle(task, run, outcome)).await;
                     None
                 }
             }
@@ -235,51 +232,11 @@ pub(crate) async fn run_call<E: PgExecutor + 'static>(
     };
     drop(tasks);
     let Some(settlement) = handed else { return };
-    // The call ends here; the flush that commits its settlement
-    // finishes it (`handed_answer`). A batcher closed meanwhile (at
-    // shutdown) gives it back to settle here.
-    if let Some((settlement, Handoff { slot })) = settler.hand_off(settlement, Handoff { slot }) {
-        // Boxed (by `within`): rare, and inline it would widen every
-        // call's future.
-        let run = slot.runs()[0].clone();
-        let (shared, settler) = (shared.clone(), settler.clone());
-        within(run, async move {
-            let run = &slot.runs()[0];
-            let answer = settler.settle(&shared.store, &settlement).await;
-            if let Some(rest) = answered(&shared, || settler.clone(), run, settlement, answer) {
-                rest.await;
-            }
-        })
-        .await;
-    }
-}
-
-/// What is left of a one-task call whose settlement was handed off: its
-/// slot (which holds its run), ended with the flush that records its
-/// answer ([`Ended`]), or after the follow-up that answer leaves.
-pub(crate) struct Handoff<E> {
-    slot: Slot<E>,
-}
-
-/// Finishes a handed-off call with its settlement's answer: recorded here,
-/// or a follow-up for the rare paths, which ends the call when it ends.
-/// `settler` is asked for only on those paths.
-pub(crate) fn handed_answer<E: PgExecutor + 'static>(
-    handoff: Handoff<E>,
-    settlement: Settlement,
-    answer: Result<Settled, Error>,
-    settler: impl FnOnce() -> Settler<E>,
-    ended: &mut Ended<E>,
-) -> Option<FollowUp> {
-    let Handoff { slot } = handoff;
-    let Some(rest) = answered(slot.shared(), settler, &slot.runs()[0], settlement, answer) else {
-        ended.push(slot);
-        return None;
-    };
-    Some(Box::pin(async move {
+    // The call ends here; the flush that commits its settlement ends it.
+    // A batcher closed meanwhile (at shutdown) gives it back to settle here.
+    if let Some(rest) = settler.hand_off(settlement, slot) {
         rest.await;
-        drop(slot);
-    }))
+    }
 }
 
 /// The units a call drew (resources, a handler's `max_running`). Given
@@ -321,31 +278,31 @@ async fn run_batch<E: PgExecutor + 'static>(
     slot: &Slot<E>,
 ) {
     let items: Vec<_> = tasks.iter().zip(running).map(|(t, r)| (context(shared, t, r), &t.payload)).collect();
-    let mut ends: HashMap<String, RunEnd> = HashMap::new();
+    let mut ends: HashMap<String, HandlerEnd> = HashMap::new();
     let started = Instant::now();
     // The call's synchronous part (the payloads' Deserialize, the
     // handler's own) may panic too.
     let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(items))) {
         Ok((outcome, bad)) => {
             for (id, why) in bad {
-                ends.insert(id, RunEnd::Handler(Outcome::BadPayload(why)));
+                ends.insert(id, HandlerEnd::Handler(Outcome::BadPayload(why)));
             }
             supervise(shared, outcome).await
         }
-        Err(panic) => Some(Err(RunEnd::Panicked(panic_message(&panic)))),
+        Err(panic) => Some(Err(HandlerEnd::Panicked(panic_message(&panic)))),
     };
-    if matches!(outcome, Some(Err(RunEnd::TimedOut(_)))) {
+    if matches!(outcome, Some(Err(HandlerEnd::TimedOut(_)))) {
         running.iter().for_each(|r| r.cancel(CancelReason::TimedOut));
     }
-    let end_of = |task: &Task| -> Option<RunEnd> {
+    let end_of = |task: &Task| -> Option<HandlerEnd> {
         if let Some(end) = ends.get(&task.id) {
             return Some(end.clone());
         }
         match &outcome {
             None => None, // stopped at shutdown: given back
             Some(Err(end)) => Some(end.clone()),
-            Some(Ok(BatchOutcome::Failed(e))) => Some(RunEnd::Handler(Outcome::Failed(e.clone()))),
-            Some(Ok(BatchOutcome::Done(results))) => Some(RunEnd::Handler(
+            Some(Ok(BatchOutcome::Failed(e))) => Some(HandlerEnd::Handler(Outcome::Failed(e.clone()))),
+            Some(Ok(BatchOutcome::Done(results))) => Some(HandlerEnd::Handler(
                 results.get(&task.id).cloned().unwrap_or(Outcome::Done(serde_json::Value::Null)),
             )),
         }
@@ -355,9 +312,9 @@ async fn run_batch<E: PgExecutor + 'static>(
     futures::future::join_all(tasks.iter().zip(running).map(|(task, run)| {
         let end = end_of(task);
         if let Some(end) = &end {
-            run.observe_return(took, || error_type(end));
+            run.observe_return(took, || end.error_type());
         }
-        settle(shared, settler, task, run, end)
+        settler.settle(task, run, end)
     }))
     .await;
 }
@@ -376,17 +333,6 @@ fn context<E: PgExecutor + 'static>(
     )
 }
 
-/// How a run ended, including the ends the worker decides itself. A run
-/// stopped at shutdown has no end of its own (`None` where one is
-/// expected): shutdown gives its task back.
-#[derive(Clone)]
-pub(crate) enum RunEnd {
-    Handler(Outcome),
-    Panicked(String),
-    TimedOut(Duration),
-    NoHandler,
-}
-
 /// Runs a one-task call's handler (`None`: none is registered for its
 /// name); answers how it ended (`None`: stopped at shutdown).
 async fn run_handler<E: PgExecutor + 'static>(
@@ -394,43 +340,30 @@ async fn run_handler<E: PgExecutor + 'static>(
     handler: Option<Arc<dyn Handler<E>>>,
     task: &Arc<Task>,
     running: &Arc<Running>,
-) -> Option<RunEnd> {
-    let Some(handler) = handler else { return Some(RunEnd::NoHandler) };
+) -> Option<HandlerEnd> {
+    let Some(handler) = handler else { return Some(HandlerEnd::NoHandler) };
     let ctx = context(shared, task, running);
     // The call itself may panic too (its synchronous part, a payload's
     // Deserialize), not only the future it returns.
     let task = task.clone();
     let started = Instant::now();
     let end = match supervise(shared, async move { handler.call(ctx, &task.payload).await }).await? {
-        Ok(outcome) => RunEnd::Handler(outcome),
+        Ok(outcome) => HandlerEnd::Handler(outcome),
         Err(end) => end,
     };
-    if matches!(end, RunEnd::TimedOut(_)) {
+    if matches!(end, HandlerEnd::TimedOut(_)) {
         // A blocking closure outlives its dropped future: tell it to stop.
         running.cancel(CancelReason::TimedOut);
     }
-    running.observe_return(started.elapsed(), || error_type(&end));
+    running.observe_return(started.elapsed(), || end.error_type());
     Some(end)
-}
-
-/// The envelope `type` a run's end fails with, if it fails.
-fn error_type(end: &RunEnd) -> Option<String> {
-    Some(match end {
-        RunEnd::Handler(Outcome::Done(_)) => return None,
-        RunEnd::Handler(Outcome::Failed(e)) => e.kind_name().to_owned(),
-        RunEnd::Handler(Outcome::BadPayload(_)) => "InvalidPayload".to_owned(),
-        RunEnd::Handler(Outcome::Unserializable(_)) => "UnserializableResult".to_owned(),
-        RunEnd::Panicked(_) => "Panic".to_owned(),
-        RunEnd::TimedOut(_) => "HandlerTimeout".to_owned(),
-        RunEnd::NoHandler => "NoHandler".to_owned(),
-    })
 }
 
 /// Runs a call's future with its panics caught, bounded by the worker's
 /// `max_run_time`, and stopped past the shutdown grace: `None` when it was
 /// stopped (shutdown gives its tasks back), a panic or the time limit as
-/// their [`RunEnd`].
-async fn supervise<E, T>(shared: &Shared<E>, fut: impl Future<Output = T>) -> Option<Result<T, RunEnd>> {
+/// their [`HandlerEnd`].
+async fn supervise<E, T>(shared: &Shared<E>, fut: impl Future<Output = T>) -> Option<Result<T, HandlerEnd>> {
     let run = AssertUnwindSafe(fut).catch_unwind();
     // The timers here are boxed, made only when they are needed (a time
     // limit, a shutdown past its grace): inline, each would widen every
@@ -489,281 +422,11 @@ async fn supervise<E, T>(shared: &Shared<E>, fut: impl Future<Output = T>) -> Op
 }
 
 /// A supervised call's end: its output, or its panic or time limit as a
-/// [`RunEnd`].
-fn ended<T>(r: Result<Result<T, Box<dyn std::any::Any + Send>>, Duration>) -> Result<T, RunEnd> {
+/// [`HandlerEnd`].
+fn ended<T>(r: Result<Result<T, Box<dyn std::any::Any + Send>>, Duration>) -> Result<T, HandlerEnd> {
     match r {
         Ok(Ok(out)) => Ok(out),
-        Ok(Err(panic)) => Err(RunEnd::Panicked(panic_message(&panic))),
-        Err(limit) => Err(RunEnd::TimedOut(limit)),
+        Ok(Err(panic)) => Err(HandlerEnd::Panicked(panic_message(&panic))),
+        Err(limit) => Err(HandlerEnd::TimedOut(limit)),
     }
-}
-
-pub(crate) async fn settle<E: PgExecutor + 'static>(
-    shared: &Arc<Shared<E>>,
-    settler: &Settler<E>,
-    task: &Task,
-    running: &Arc<Running>,
-    end: Option<RunEnd>,
-) {
-    let Some(settlement) = settlement_for(shared, task, running, end) else { return };
-    let answer = settler.settle(&shared.store, &settlement).await;
-    if let Some(rest) = answered(shared, || settler.clone(), running, settlement, answer) {
-        rest.await;
-    }
-}
-
-/// Records a settlement's first answer, or, on the rare paths (its data
-/// refused, a passing failure, a lost lease), answers the rest of the work
-/// as a future of its own: boxed, so that no call's future carries it (a
-/// handed-off call's runs in the batcher, apart from its flushes).
-/// `settler` is asked for only on those paths.
-pub(crate) fn answered<E: PgExecutor + 'static>(
-    shared: &Arc<Shared<E>>,
-    settler: impl FnOnce() -> Settler<E>,
-    running: &Arc<Running>,
-    settlement: Settlement,
-    answer: Result<Settled, Error>,
-) -> Option<FollowUp> {
-    let refused = refused_data_failure(&settlement, &answer);
-    let passing_or_lost = answer.as_ref().is_err_and(|e| e.is_transient() || e.is_lost_lease());
-    if refused.is_none() && !passing_or_lost {
-        settled(shared, running, &settlement, answer);
-        return None;
-    }
-    let (shared, settler, run) = (shared.clone(), settler(), running.clone());
-    Some(within(running.clone(), async move {
-        let running = run;
-        let (settlement, answer) = match refused {
-            Some(instead) => {
-                let answer = settler.settle(&shared.store, &instead).await;
-                (instead, answer)
-            }
-            None => (settlement, answer),
-        };
-        match answer {
-            Err(e) if e.is_transient() => settle_again(&shared, &settler, &running, settlement, e).await,
-            Err(e) if e.is_lost_lease() => lost_answer(&shared, &running, &settlement).await,
-            other => settled(&shared, &running, &settlement, other),
-        }
-    }))
-}
-
-/// Polls `fut` inside `run`'s observed context, as its handler was polled:
-/// a settlement's statements and logs belong to the run. Boxed: it is a
-/// rare path's, kept out of the futures that carry it.
-fn within(run: Arc<Running>, fut: impl Future<Output = ()> + Send + 'static) -> FollowUp {
-    Box::pin(async move {
-        let mut fut = std::pin::pin!(fut);
-        std::future::poll_fn(|cx| run.enter(|| fut.as_mut().poll(cx))).await;
-    })
-}
-
-/// What a settlement whose data PostgreSQL refused becomes: a class-22
-/// error (a NUL character in a string, which jsonb cannot hold; a number
-/// past its range) means it can never land as it is, and left alone the
-/// task would run again each time its lease ran out, to end as
-/// `lease_expired` with the cause lost. The task fails instead, with an
-/// envelope that says why and carries none of the refused data: for good
-/// when it was a result, as retryable as the handler said when it was an
-/// error. `None` for any other answer. The refusal is logged.
-fn refused_data_failure(settlement: &Settlement, answer: &Result<Settled, Error>) -> Option<Settlement> {
-    let error = answer.as_ref().err()?;
-    let state = error.sqlstate().filter(|s| s.starts_with("22"))?;
-    let refused = |what: &str| {
-        format!(
-            "PostgreSQL refused to store the handler's {what} (SQLSTATE {state}: a NUL character in a \
-             string, or a number past jsonb's range?): {error}"
-        )
-    };
-    let failure = match settlement {
-        Settlement::Complete { .. } => Failure::new(envelope(
-            "UnserializableResult",
-            codes::UNSERIALIZABLE_RESULT,
-            refused("result"),
-            false,
-        ))
-        .retryable(false),
-        Settlement::Fail { failure, .. } => Failure {
-            error: envelope("UnstorableError", codes::HANDLER_ERROR, refused("error"), failure.retryable),
-            ..failure.clone()
-        },
-        _ => return None,
-    };
-    tracing::warn!(task = %settlement.task_id(), error = %error, "the settlement's data was refused; the task fails instead");
-    Some(Settlement::Fail { lease: settlement.lease().clone(), failure })
-}
-
-/// A settlement answered "lost lease": the row tells the observer what
-/// became of the run (out of line, as `settle_again`).
-async fn lost_answer<E: PgExecutor + 'static>(
-    shared: &Shared<E>,
-    running: &Running,
-    settlement: &Settlement,
-) {
-    tracing::debug!(task = %settlement.task_id(), "lease lost before settlement");
-    running.observe_lost_answer(&shared.store).await;
-}
-
-/// What a run's end settles, or `None` when it settles nothing (a lost
-/// lease, a stop at shutdown, a settlement already made).
-pub(crate) fn settlement_for<E: PgExecutor + 'static>(
-    shared: &Arc<Shared<E>>,
-    task: &Task,
-    running: &Running,
-    end: Option<RunEnd>,
-) -> Option<Settlement> {
-    if running.is_lost() {
-        tracing::debug!(task = %task.id, "lease lost; the late settlement is dropped");
-        return None;
-    }
-    // Shutdown gives it back, however the handler answered its token: an
-    // Err must not spend an attempt, an Ok of a run told to stop must not
-    // count as done. A snooze spends none either, and keeps its delay.
-    let snoozed = matches!(&end, Some(RunEnd::Handler(Outcome::Failed(e))) if e.snoozed().is_some());
-    let end = end.filter(|_| snoozed || running.reason() != Some(CancelReason::Shutdown))?;
-    if !running.take_settlement() {
-        return None; // settled by the handler, or given back at shutdown
-    }
-    // The handler's own settlement whose write never answered wins over
-    // what its return maps to.
-    if let Some(pending) = running.take_pending() {
-        return Some(pending);
-    }
-    let lease = || running.lease.clone();
-    let fail = |error: serde_json::Value, retryable: bool| {
-        let delay = if retryable { shared.settings.backoff.delay(task.attempt) } else { Duration::ZERO };
-        Settlement::Fail { lease: lease(), failure: Failure::new(error).retryable(retryable).delay(delay) }
-    };
-    Some(match end {
-        RunEnd::Handler(Outcome::Done(result)) => Settlement::Complete { lease: lease(), result },
-        RunEnd::Handler(Outcome::Failed(e)) => match e.snoozed() {
-            Some(delay) => Settlement::Snooze { lease: lease(), delay },
-            None => fail(e.envelope(), e.is_retryable()),
-        },
-        RunEnd::Handler(Outcome::BadPayload(why)) => fail(
-            envelope(
-                "InvalidPayload",
-                codes::TASK_ERROR,
-                format!("payload does not fit the handler of {:?}: {why}", task.name),
-                false,
-            ),
-            false,
-        ),
-        RunEnd::Handler(Outcome::Unserializable(why)) => fail(
-            envelope(
-                "UnserializableResult",
-                codes::UNSERIALIZABLE_RESULT,
-                format!("the result does not serialise to JSON: {why}"),
-                false,
-            ),
-            false,
-        ),
-        RunEnd::Panicked(message) => fail(
-            envelope("Panic", codes::HANDLER_ERROR, format!("the handler panicked: {message}"), true),
-            true,
-        ),
-        RunEnd::TimedOut(limit) => fail(
-            envelope(
-                "HandlerTimeout",
-                codes::HANDLER_TIMEOUT,
-                format!("the handler ran longer than {limit:?}"),
-                true,
-            ),
-            true,
-        ),
-        RunEnd::NoHandler => fail(
-            envelope(
-                "NoHandler",
-                codes::NO_HANDLER,
-                format!("no handler registered for {:?}", task.name),
-                false,
-            ),
-            false,
-        ),
-    })
-}
-
-/// Counts or reports a settlement's final answer.
-pub(crate) fn settled<E>(
-    shared: &Shared<E>,
-    running: &Running,
-    settlement: &Settlement,
-    answer: Result<Settled, Error>,
-) {
-    match answer {
-        Ok(s) => {
-            shared.state.settled.add_one();
-            running.report_settled(s.status);
-        }
-        Err(e) if e.is_lost_lease() => {
-            // The caller reads the row for the observer (`lost_answer`).
-            tracing::debug!(task = %settlement.task_id(), "lease lost before settlement");
-        }
-        Err(e) => shared.report(format!("settle {}", settlement.task_id()), e),
-    }
-}
-
-/// A passing failure (the pool saturated, its breaker open, a lost
-/// connection) is tried again for up to half the lease, and not past
-/// shutdown's grace or after `stop_now` (the lease decides then); a resent
-/// settlement that had committed answers "lost lease", and the row is right.
-pub(crate) async fn settle_again<E: PgExecutor + 'static>(
-    shared: &Arc<Shared<E>>,
-    settler: &Settler<E>,
-    running: &Running,
-    mut settlement: Settlement,
-    error: Error,
-) {
-    let deadline = Instant::now() + shared.settings.lease / 2;
-    // Past shutdown's grace no more tries: the lease decides.
-    let stop = || running.is_lost() || shared.state.settlements_given_up();
-    let again = || settler.settle(&shared.store, &settlement);
-    let mut out = while_passing(Err(error), deadline, stop, settlement.task_id(), again).await;
-    // Its data refused once it reached the server: it fails instead, as in
-    // `settle`, unless the lease went meanwhile (nothing of this run may
-    // land then; reported below).
-    let refused = if running.is_lost() { None } else { refused_data_failure(&settlement, &out) };
-    if let Some(instead) = refused {
-        settlement = instead;
-        let first = settler.settle(&shared.store, &settlement).await;
-        let again = || settler.settle(&shared.store, &settlement);
-        out = while_passing(first, deadline, stop, settlement.task_id(), again).await;
-    }
-    if out.is_err() && running.is_lost() {
-        tracing::debug!(task = %settlement.task_id(), "lease lost while a settlement was retried");
-        return;
-    }
-    match out {
-        Err(e) if e.is_lost_lease() => lost_answer(shared, running, &settlement).await,
-        other => settled(shared, running, &settlement, other),
-    }
-}
-
-/// Tries a write again after a passing failure, waiting 20 ms doubling to
-/// 1 s in between, while the next try would start before `deadline` and
-/// `stop` says nothing changed; answers the last outcome.
-pub(crate) async fn while_passing<T, Fut>(
-    mut out: Result<T, Error>,
-    deadline: Instant,
-    stop: impl Fn() -> bool,
-    task: &str,
-    mut again: impl FnMut() -> Fut,
-) -> Result<T, Error>
-where
-    Fut: Future<Output = Result<T, Error>>,
-{
-    let mut pause = Duration::from_millis(20);
-    while let Err(error) = &out {
-        if !error.is_transient() || Instant::now() + pause >= deadline || stop() {
-            break;
-        }
-        tracing::debug!(task, error = %error, "a worker write failed; trying again");
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(1));
-        if stop() {
-            break; // the lease went meanwhile: a resend could only do harm
-        }
-        out = again().await;
-    }
-    out
 }

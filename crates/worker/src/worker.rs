@@ -210,12 +210,7 @@ impl<E: PgExecutor + 'static> Worker<E> {
     /// Runs until [`WorkerHandle::shutdown`], then shuts down gracefully.
     pub async fn run(self) {
         let shared = self.shared;
-        let (settler, batcher) = Settler::start(
-            shared.store.clone(),
-            shared.statements.clone(),
-            shared.settings.settle_batch,
-            shared.settings.settle_window,
-        );
+        let (settler, batcher) = Settler::start(&shared);
         // Dropped with `run` (a caller's select!, say): no lease outlives it.
         let _beats = AbortOnDrop(tokio::spawn(heartbeat_loop(shared.clone())));
         // And what the batcher still resends stops: its leases are no

@@ -4,33 +4,35 @@
 //! window closes. An outcome is known only after the commit.
 //!
 //! A one-task call does not wait for its answer: it hands its settlement
-//! off with what is left of the call (its slot, its run) and ends, and the
-//! flush finishes the call when the commit answers (`run::handed_answer`).
-//! A call's task then ends on the poll its handler returns in, with no
-//! channel or wakeup of its own for the answer.
+//! off with what is left of the call (its slot, which holds its run) and
+//! ends, and the flush ends the call when the commit answers
+//! (`handed_answer`). A call's task then ends on the poll its handler
+//! returns in, with no channel or wakeup of its own for the answer.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use waymark_store::{PgExecutor, Result, Settled, Settlement, Store};
 
-use crate::run::{handed_answer, Handoff};
-use crate::shared::{Ended, StatementBudget};
+use super::answer::handed_answer;
+use super::settler::{settle_one, Again, FollowUp, Item, Reply, Settler};
+use crate::shared::{Ended, Shared};
 
-/// What a flush leaves to do after its answers: a handed-off settlement's
-/// rare paths (a resend, a refused result's failure, a lost lease's read).
-pub(crate) type FollowUp = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// Where a settlement's outcome goes.
-pub(crate) enum Reply<E> {
-    /// A caller that waits for it.
-    Wait(oneshot::Sender<Result<Settled>>),
-    /// A call that ended without waiting: the outcome finishes it.
-    Handoff(Handoff<E>),
+impl<E: PgExecutor + 'static> Settler<E> {
+    /// Starts the settle stage: a batcher, unless `settle_batch` is 1 or
+    /// less (then every settlement is its own statement).
+    pub(crate) fn start(shared: &Arc<Shared<E>>) -> (Self, Option<Batcher>) {
+        let (max_batch, window) = (shared.settings.settle_batch, shared.settings.settle_window);
+        if max_batch <= 1 {
+            return (Settler { shared: shared.clone(), tx: None }, None);
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (close, closing) = watch::channel(false);
+        let task = tokio::spawn(batch_loop(shared.clone(), rx, tx.downgrade(), closing, max_batch, window));
+        (Settler { shared: shared.clone(), tx: Some(tx) }, Some(Batcher { task, close }))
+    }
 }
 
 impl<E: PgExecutor + 'static> Reply<E> {
@@ -47,101 +49,16 @@ impl<E: PgExecutor + 'static> Reply<E> {
             Reply::Wait(reply) => {
                 let _ = reply.send(out);
             }
-            Reply::Handoff(handoff) => {
+            Reply::Handoff(slot) => {
                 // Recording it calls the observer and the error hook, whose
                 // panics are caught where they are called
                 // (`Running::observe_end`, `Shared::report`).
-                let settler = || Settler { tx: again.upgrade() };
-                follow_ups.extend(handed_answer(handoff, settlement, out, settler, ended));
+                let settler =
+                    |shared: &Arc<Shared<E>>| Settler { shared: shared.clone(), tx: again.upgrade() };
+                follow_ups.extend(handed_answer(slot, settlement, out, settler, ended));
             }
         }
     }
-}
-
-/// The batcher's own sender, weak: held by the batching task, a strong one
-/// would keep its channel open after every settler has gone.
-type Again<E> = mpsc::WeakUnboundedSender<Item<E>>;
-
-type Item<E> = (Settlement, Reply<E>);
-
-/// Sends settlements to the batching task, or straight to the store.
-pub(crate) struct Settler<E> {
-    tx: Option<mpsc::UnboundedSender<Item<E>>>,
-}
-
-impl<E> Clone for Settler<E> {
-    fn clone(&self) -> Self {
-        Settler { tx: self.tx.clone() }
-    }
-}
-
-impl<E> std::fmt::Debug for Settler<E> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Settler").field("batched", &self.tx.is_some()).finish()
-    }
-}
-
-impl<E: PgExecutor + 'static> Settler<E> {
-    /// With `max_batch` <= 1 every settlement is its own statement.
-    pub(crate) fn start(
-        store: Arc<Store<E>>,
-        statements: Arc<StatementBudget>,
-        max_batch: usize,
-        window: Duration,
-    ) -> (Self, Option<Batcher>) {
-        if max_batch <= 1 {
-            return (Settler { tx: None }, None);
-        }
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (close, closing) = watch::channel(false);
-        let task =
-            tokio::spawn(batch_loop(store, statements, rx, tx.downgrade(), closing, max_batch, window));
-        (Settler { tx: Some(tx) }, Some(Batcher { task, close }))
-    }
-
-    pub(crate) async fn settle(&self, store: &Store<E>, s: &Settlement) -> Result<Settled> {
-        // The direct paths are boxed: a statement's future is large, and
-        // inline it would make every run's future large too, even when the
-        // batcher settles it (one allocation per task, of the size of the
-        // largest path). The batcher gets a copy, made before any await, so
-        // the run's future holds only the reference.
-        let Some(tx) = &self.tx else { return Box::pin(settle_one(store, s)).await };
-        let (reply, answer) = oneshot::channel();
-        if tx.send((s.clone(), Reply::Wait(reply))).is_err() {
-            return Box::pin(settle_one(store, s)).await;
-        }
-        match answer.await {
-            Ok(out) => out,
-            // The batcher stopped mid-flush: the outcome is unknown, and the
-            // lease decides (an unsettled task is run again after it).
-            Err(_) => Err(waymark_store::Error::Executor(waymark_store::ExecError::new(
-                waymark_store::ExecErrorKind::Connection,
-                "the settlement batcher stopped before answering; the outcome is unknown",
-            ))),
-        }
-    }
-
-    /// Whether settlements go to a batcher (which a call may hand its
-    /// settlement off to).
-    pub(crate) fn is_batched(&self) -> bool {
-        self.tx.is_some()
-    }
-
-    /// Hands a settlement to the batcher with the rest of its call, which
-    /// the flush finishes. Gives both back when there is no batcher (or it
-    /// has closed): the caller settles it itself.
-    pub(crate) fn hand_off(&self, s: Settlement, handoff: Handoff<E>) -> Option<(Settlement, Handoff<E>)> {
-        let Some(tx) = &self.tx else { return Some((s, handoff)) };
-        match tx.send((s, Reply::Handoff(handoff))) {
-            Ok(()) => None,
-            Err(mpsc::error::SendError((s, Reply::Handoff(handoff)))) => Some((s, handoff)),
-            Err(_) => unreachable!("a handoff comes back as it was sent"),
-        }
-    }
-}
-
-async fn settle_one<E: PgExecutor>(store: &Store<E>, s: &Settlement) -> Result<Settled> {
-    Ok(Settled::from(&store.settle(s).await?))
 }
 
 /// The batching task, stopped by [`Batcher::finish`].
@@ -173,8 +90,7 @@ pub(crate) const FLUSHES_IN_FLIGHT: usize = 4;
 const HOLD_MAX: Duration = Duration::from_millis(50);
 
 async fn batch_loop<E: PgExecutor + 'static>(
-    store: Arc<Store<E>>,
-    statements: Arc<StatementBudget>,
+    shared: Arc<Shared<E>>,
     mut rx: mpsc::UnboundedReceiver<Item<E>>,
     again: Again<E>,
     mut closing: watch::Receiver<bool>,
@@ -261,11 +177,11 @@ async fn batch_loop<E: PgExecutor + 'static>(
             }
         }
         let permit = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
-        let (store, again, statements) = (store.clone(), again.clone(), statements.clone());
+        let (shared, again) = (shared.clone(), again.clone());
         flushes.spawn(async move {
             // In flight, and so holding later short batches back, while it
             // waits for its place in the worker's statement budget too.
-            let follow_ups = statements.run(flush(&store, &again, batch)).await;
+            let follow_ups = shared.statements.run(flush(&shared.store, &again, batch)).await;
             drop(permit);
             follow_ups
         });
