@@ -229,7 +229,9 @@ async fn a_full_queue_holds_up_only_its_own_schedule() {
     let schema = TestSchema::new().await;
     // Queue `a` holds one task at most, and has one; no worker drains it.
     let limits = Backpressure::per_queue([("a", 1)]);
-    let store = Arc::new(schema.0.pool_store().await.with_backpressure(limits).expect("limits"));
+    let options = waymark_store::ConnectOptions::new().backpressure(limits);
+    let store =
+        Arc::new(Store::with_options(schema.0.pool_store().await.into_executor(), options).expect("limits"));
     store.submit(NewTask::new("periodic.noop", json!({})).queue("a")).await.expect("room for one");
     let every = || Every::interval(Duration::from_secs(1)).unwrap();
     // A, on the full queue, comes first.
@@ -251,5 +253,44 @@ async fn a_full_queue_holds_up_only_its_own_schedule() {
     drop(stop);
     run.await.expect("scheduler task").expect("scheduler");
     assert_eq!(store.stats(Some("a")).await.expect("stats")["a"].queued, 1, "nothing more in the full queue");
+    schema.drop().await;
+}
+
+/// A slot whose key another session holds locked (another scheduler
+/// stalled mid-submit) holds up no newer slot of its schedule: those are
+/// submitted while it is held, and it is submitted once the lock goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_held_by_another_submit_holds_up_no_newer_slot() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(schema.0.pool_store().await);
+    let every = || Every::interval(Duration::from_secs(1)).unwrap();
+    let periodic = Periodic::new("held", every(), noop("held")).catch_up(CatchUp::Missed(20));
+    // The slot two seconds on, its key locked as a keyed submit locks it.
+    let now = store.database_time_ms().await.expect("clock");
+    let held = (now / 1_000 + 2) * 1_000;
+    let mut holder = waymark_tests::db::admin_client(&schema.url).await;
+    let tx = holder.transaction().await.expect("begin");
+    tx.execute("select pg_advisory_xact_lock(hashtextextended($1, 0))", &[&periodic.slot_key(held)])
+        .await
+        .expect("hold the slot's key");
+    let (stop, mut fired, run) = start(&store, vec![periodic]);
+    let mut newer = Vec::new();
+    while newer.len() < 2 {
+        let f = next(&mut fired, "a slot after the held one").await;
+        assert_ne!(f.slot_ms, held, "the held slot cannot be submitted yet: {f:?}");
+        if f.slot_ms > held {
+            newer.push(f.slot_ms);
+        }
+    }
+    tx.rollback().await.expect("let the key go");
+    loop {
+        let f = next(&mut fired, "the held slot, once its key is free").await;
+        if f.slot_ms == held {
+            assert!(f.submitted, "{f:?}");
+            break;
+        }
+    }
+    drop(stop);
+    run.await.expect("scheduler task").expect("scheduler");
     schema.drop().await;
 }

@@ -134,28 +134,38 @@ impl<E: PgExecutor + 'static> Scheduler<E> {
         }
     }
 
-    /// Submits the schedule's pending slots, oldest first. A slot is
-    /// dropped, logged, only for bad input it can never submit (the store
-    /// refusing the task, the server refusing its data); for any other
-    /// failure it stays pending and the failure is answered.
+    /// Submits the schedule's pending slots, oldest first, save those whose
+    /// key another submit held past the lock wait last time (another
+    /// scheduler mid-submit, or stalled in its transaction), which go last:
+    /// a held key holds up no other slot. A slot is dropped, logged, only
+    /// for bad input it can never submit (the store refusing the task, the
+    /// server refusing its data); for any other failure it stays pending
+    /// and the failure is answered (a held key's after the other slots).
     async fn submit_pending(&self, s: &Periodic, slots: &mut Slots) -> Result<()> {
-        while let Some(slot) = slots.front() {
+        let mut held = None;
+        for slot in slots.in_order() {
             let submitted = match self.store.submit(s.task_for(slot)).await {
                 Ok(_) => true,
                 Err(e) if e.is_already_exists() => false,
                 Err(e) if never_submittable(&e) => {
                     tracing::error!(schedule = %s.id, slot = %slot_label(slot), error = %e, "the schedule's task is refused; slot dropped");
-                    slots.pop();
+                    slots.done(slot);
+                    continue;
+                }
+                Err(e) if e.is_lock_timeout() => {
+                    tracing::warn!(schedule = %s.id, slot = %slot_label(slot), "the slot's key is held by another submit; trying the newer slots first");
+                    slots.held_elsewhere(slot);
+                    held = Some(e);
                     continue;
                 }
                 Err(e) => return Err(e),
             };
-            slots.pop();
+            slots.done(slot);
             if let Some(tx) = &self.fired {
                 let _ = tx.send(Fired { schedule: s.id.clone(), slot_ms: slot, submitted });
             }
         }
-        Ok(())
+        held.map_or(Ok(()), Err)
     }
 
     async fn failed(&self, s: &Periodic, doing: &str, e: &Error, pause: Duration) -> Duration {

@@ -7,7 +7,10 @@
 //! was due while the schedule was behind: after a failed submit or clock
 //! read, until a pass submits everything pending. Of the missed slots, the
 //! newest the [`CatchUp`] policy names are kept (none for `Skip`); the rest
-//! are counted, never walked one by one, and reported once per pass.
+//! are counted, never walked one by one, and reported once per pass. A
+//! failed submit never drops the slot it tried by itself: the newest slot
+//! pending is tried again until a newer slot falls due, whatever the
+//! policy (a passing failure must not cost a `Skip` schedule its slot).
 
 use std::collections::VecDeque;
 
@@ -28,6 +31,9 @@ pub(crate) struct Slots {
     behind: bool,
     /// How many missed slots are kept.
     missed: usize,
+    /// Pending slots whose key another submit held past the lock wait:
+    /// tried after the others.
+    held: Vec<i64>,
 }
 
 /// Slots passed over in one pass: how many, and the oldest and newest.
@@ -77,6 +83,7 @@ impl Slots {
             pending: every.last_at_or_before(now, missed).into(),
             behind: false,
             missed,
+            held: Vec::new(),
         }
     }
 
@@ -85,14 +92,24 @@ impl Slots {
         self.next
     }
 
-    /// The oldest slot pending.
-    pub(crate) fn front(&self) -> Option<i64> {
-        self.pending.front().copied()
+    /// The slots pending, in the order to try them: oldest first, those
+    /// whose key was held elsewhere last.
+    pub(crate) fn in_order(&self) -> Vec<i64> {
+        let (held, free): (Vec<i64>, Vec<i64>) = self.pending.iter().partition(|s| self.held.contains(s));
+        free.into_iter().chain(held).collect()
     }
 
-    /// Done with the oldest slot pending (submitted, found, or refused).
-    pub(crate) fn pop(&mut self) {
-        self.pending.pop_front();
+    /// Done with `slot` (submitted, found, or refused).
+    pub(crate) fn done(&mut self, slot: i64) {
+        self.pending.retain(|&s| s != slot);
+        self.held.retain(|&s| s != slot);
+    }
+
+    /// `slot`'s key was held by another submit past the lock wait.
+    pub(crate) fn held_elsewhere(&mut self, slot: i64) {
+        if !self.held.contains(&slot) {
+            self.held.push(slot);
+        }
     }
 
     /// Takes the slots at or before `now` among the pending ones: when all
@@ -102,31 +119,40 @@ impl Slots {
     pub(crate) fn due(&mut self, every: &Every, now: i64) -> Option<Skipped> {
         let keep = self.missed + usize::from(!self.behind);
         let mut skipped = None;
-        if let Some(first) = self.next.filter(|&n| n <= now) {
-            let kept: Vec<i64> =
-                every.last_at_or_before(now, keep).into_iter().filter(|&s| s >= first).collect();
-            let (count, exact) = every.count_in(first, now, COUNT_CAP);
-            let passed = count.saturating_sub(kept.len() as u64);
-            if passed > 0 {
-                let before_kept = kept.first().map_or(now, |&k| k - 1);
-                let last = every.last_at_or_before(before_kept, 1).pop().unwrap_or(first);
-                Skipped::add(&mut skipped, passed, exact, first, last);
-            }
-            self.pending.extend(kept);
-            self.next = every.next_after(now);
+        let Some(first) = self.next.filter(|&n| n <= now) else {
+            // No newer slot: what a failure kept is still tried.
+            self.bound(keep.max(self.kept_on_failure()), &mut skipped);
+            return skipped;
+        };
+        let kept: Vec<i64> = every.last_at_or_before(now, keep).into_iter().filter(|&s| s >= first).collect();
+        let (count, exact) = every.count_in(first, now, COUNT_CAP);
+        let passed = count.saturating_sub(kept.len() as u64);
+        if passed > 0 {
+            let before_kept = kept.first().map_or(now, |&k| k - 1);
+            let last = every.last_at_or_before(before_kept, 1).pop().unwrap_or(first);
+            Skipped::add(&mut skipped, passed, exact, first, last);
         }
+        self.pending.extend(kept);
+        self.next = every.next_after(now);
         self.bound(keep, &mut skipped);
         skipped
     }
 
     /// A submit or a clock read failed: the schedule is behind, and what is
-    /// pending is missed (the policy's newest kept). Answers the slots
+    /// pending is missed (the policy's newest kept, and at least the newest
+    /// slot, tried again until a newer one falls due). Answers the slots
     /// passed over, if any.
     pub(crate) fn failed(&mut self) -> Option<Skipped> {
         self.behind = true;
         let mut skipped = None;
-        self.bound(self.missed, &mut skipped);
+        self.bound(self.kept_on_failure(), &mut skipped);
         skipped
+    }
+
+    /// How many pending slots a failure keeps: the policy's missed slots,
+    /// and at least the newest, which the failure did not make stale.
+    fn kept_on_failure(&self) -> usize {
+        self.missed.max(1)
     }
 
     /// Everything pending was submitted: the next slot is on time again.
@@ -138,6 +164,7 @@ impl Slots {
     fn bound(&mut self, keep: usize, skipped: &mut Option<Skipped>) {
         while self.pending.len() > keep {
             if let Some(slot) = self.pending.pop_front() {
+                self.held.retain(|&s| s != slot);
                 Skipped::add(skipped, 1, true, slot, slot);
             }
         }
@@ -169,13 +196,25 @@ mod tests {
 
     /// Submits everything pending (the database takes it all).
     fn submit_all(slots: &mut Slots) -> Vec<i64> {
-        let mut out = Vec::new();
-        while let Some(slot) = slots.front() {
-            out.push(slot);
-            slots.pop();
+        let out = slots.in_order();
+        for &slot in &out {
+            slots.done(slot);
         }
         slots.caught_up();
         out
+    }
+
+    #[test]
+    fn a_slot_held_elsewhere_is_tried_after_the_newer_ones() {
+        let every = seconds();
+        let mut slots = Slots::start(&every, CatchUp::Missed(3), T0 + 500);
+        assert_eq!(slots.in_order(), [T0 - 2 * S, T0 - S, T0]);
+        slots.held_elsewhere(T0 - 2 * S);
+        assert_eq!(slots.in_order(), [T0 - S, T0, T0 - 2 * S]);
+        slots.done(T0 - S);
+        slots.done(T0);
+        assert_eq!(slots.in_order(), [T0 - 2 * S]);
+        assert_eq!(submit_all(&mut slots), [T0 - 2 * S]);
     }
 
     #[test]
@@ -213,8 +252,25 @@ mod tests {
     fn skip_submits_nothing_that_fell_during_an_outage() {
         let (submitted, on_failure, at_return) = outage(CatchUp::Skip);
         assert_eq!(submitted, Vec::<i64>::new(), "neither the pending slot nor the newest missed one");
-        assert_eq!(on_failure, Some(Skipped { count: 1, exact: true, first: T0 + S, last: T0 + S }));
-        assert_eq!(at_return, Some(Skipped { count: 5, exact: true, first: T0 + 2 * S, last: T0 + 6 * S }));
+        assert_eq!(on_failure, None, "the slot tried is kept until a newer one falls due");
+        assert_eq!(at_return, Some(Skipped { count: 6, exact: true, first: T0 + S, last: T0 + 6 * S }));
+    }
+
+    /// A submit fails once and the next try, before the next slot, works:
+    /// under every policy the slot tried is submitted, late, once.
+    #[test]
+    fn a_slot_whose_submit_failed_once_is_submitted_on_the_next_try() {
+        for policy in [CatchUp::Skip, CatchUp::Missed(0), CatchUp::Missed(1), CatchUp::Missed(3)] {
+            let every = seconds();
+            let mut slots = Slots::start(&every, policy, T0 + 500);
+            submit_all(&mut slots);
+            assert_eq!(slots.due(&every, T0 + S + 2), None);
+            assert_eq!(slots.failed(), None, "{policy:?}: nothing passed over");
+            assert_eq!(slots.due(&every, T0 + S + 300), None, "{policy:?}: no newer slot yet");
+            assert_eq!(submit_all(&mut slots), [T0 + S], "{policy:?}: the slot tried, once");
+            assert_eq!(slots.due(&every, T0 + 2 * S + 1), None);
+            assert_eq!(submit_all(&mut slots), [T0 + 2 * S], "{policy:?}: on time again");
+        }
     }
 
     #[test]
