@@ -9,7 +9,6 @@ mod bulk;
 mod commands;
 mod error;
 mod render;
-mod shared;
 mod watch;
 
 use std::io::Write;

@@ -10,8 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use waymark_store::{ClaimRequest, Error, FleetLimit, PgExecutor, RetryBackoff, Store, TaskDef};
 
-use crate::context::TaskContext;
-use crate::handler::{BatchItem, Blocking, Kind, Registration, Typed, TypedBatch};
+use crate::call::{BatchItem, Blocking, Kind, Registration, TaskContext, Typed, TypedBatch};
 use crate::limits::Capacities;
 use crate::plan::{Planner, Source};
 use crate::shared::{
@@ -375,10 +374,10 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
         }
         let planner = plan(&self.handlers, &self.resources, &self.fleet_limits, &settings.queues, request)?;
         Ok(Worker {
+            // Looked up per call: a fast hash of the name.
+            handlers: Arc::new(self.handlers.into_iter().collect()),
             shared: Arc::new(Shared {
                 store: self.store,
-                // Looked up per task: a fast hash of the name.
-                handlers: self.handlers.into_iter().collect(),
                 planner,
                 on_error: self.on_error,
                 statements: Arc::new(StatementBudget::new(self.statement_concurrency)),

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use waymark_store::{Error, PgExecutor, Signal};
 
+use crate::call::Runs;
 use crate::plan::{claim_panicked, Drawn};
-use crate::run::{give_back, register_calls, start_call, Registered};
-use crate::runners::Runs;
+use crate::register::{give_back, register_calls, Registered};
 use crate::shared::Shared;
 
 /// How long the claim loop waits at most for more free slots before it
@@ -294,7 +294,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                 self.returning.spawn(give_back(self.shared.clone(), call));
                 continue;
             }
-            started.extend(start_call(self.shared, call));
+            started.extend(runs.start(call.into_call(self.shared)));
             if started.len() == START_GROUP {
                 runs.start_all(&mut started);
             }
@@ -481,7 +481,9 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         while let Some(done) = self.returning.join_next().await {
             back.extend(done.ok().flatten());
         }
-        runs.start_all(&mut back.into_iter().filter_map(|call| start_call(self.shared, call)).collect());
+        runs.start_all(
+            &mut back.into_iter().filter_map(|call| runs.start(call.into_call(self.shared))).collect(),
+        );
     }
 }
 

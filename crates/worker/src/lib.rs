@@ -107,23 +107,19 @@
 //! and a second signal to `stop_now`.
 
 mod builder;
+mod call;
 mod claim_loop;
-mod context;
-mod handler;
 mod heartbeat;
 mod limits;
-mod pace;
 mod plan;
-mod run;
-mod runners;
+mod register;
 mod settle;
 mod shared;
 mod shutdown;
 mod worker;
 
 pub use builder::{TaskName, WorkerBuilder};
-pub use context::TaskContext;
-pub use handler::BatchItem;
+pub use call::{BatchItem, TaskContext};
 pub use shared::{CancelReason, HandlerOptions, TaskError, WorkerError, WorkerEvent};
 pub use worker::{Worker, WorkerHandle};
 

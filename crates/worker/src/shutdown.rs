@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use waymark_store::PgExecutor;
 
-use crate::run::STOP_GRACE;
-use crate::runners::Runs;
+use crate::call::{Runs, STOP_GRACE};
 use crate::settle::{release, GiveBack};
 use crate::shared::{CancelReason, Running, Shared};
 

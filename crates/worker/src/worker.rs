@@ -7,9 +7,9 @@ use tokio::sync::watch;
 use waymark_store::{PgExecutor, Store};
 
 use crate::builder::WorkerBuilder;
+use crate::call::{Handlers, Runs};
 use crate::claim_loop::claim_loop;
 use crate::heartbeat::heartbeat_loop;
-use crate::runners::Runs;
 use crate::settle::Settler;
 use crate::shared::{Events, SettledCount, Shared, WorkerEvent};
 use crate::shutdown::shutdown;
@@ -18,6 +18,7 @@ use crate::shutdown::shutdown;
 /// [`WorkerHandle::shutdown`].
 pub struct Worker<E> {
     pub(crate) shared: Arc<Shared<E>>,
+    pub(crate) handlers: Arc<Handlers<E>>,
 }
 
 impl<E> std::fmt::Debug for Worker<E> {
@@ -143,7 +144,9 @@ impl<E: PgExecutor + 'static> Worker<E> {
 
     /// The task names it has handlers for (the only ones it claims).
     pub fn task_names(&self) -> Vec<String> {
-        self.shared.task_names()
+        let mut names: Vec<String> = self.handlers.keys().cloned().collect();
+        names.sort();
+        names
     }
 
     /// A handle to stop the worker.
@@ -217,7 +220,7 @@ impl<E: PgExecutor + 'static> Worker<E> {
         // longer renewed. (At the end of a run that finished, nothing is
         // left to stop.)
         let _stop = StopNowOnDrop(shared.clone());
-        let runs = Runs::new(shared.clone(), settler);
+        let runs = Runs::new(shared.clone(), self.handlers, settler);
         claim_loop(&shared, &runs).await;
         shutdown(&shared, &runs).await;
         // The runners stop (idle, or stuck in blocking code and left; the

@@ -16,7 +16,6 @@ use super::events::Events;
 use super::running::Running;
 use super::settings::{ErrorHook, Settings, WorkerError};
 use super::settled::SettledCount;
-use crate::handler::Registration;
 use crate::plan::Planner;
 
 /// Unsettled tasks' runs, by task id.
@@ -153,11 +152,10 @@ impl CallTime {
     }
 }
 
-/// Everything the worker's tasks share: its store and handlers, its
+/// Everything the worker's tasks share: its store, its
 /// settings, and its state.
 pub(crate) struct Shared<E> {
     pub(crate) store: Arc<Store<E>>,
-    pub(crate) handlers: foldhash::HashMap<String, Registration<E>>,
     pub(crate) planner: Planner,
     pub(crate) on_error: ErrorHook,
     /// Places for claims and settlement flushes (see [`StatementBudget`]).
@@ -176,13 +174,6 @@ impl<E> Shared<E> {
             let panic = panic_message(&panic);
             tracing::error!(during = %report.during, error = %report.error, "the worker's on_error hook panicked: {panic}");
         }
-    }
-
-    /// The task names it has handlers for, sorted.
-    pub(crate) fn task_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.handlers.keys().cloned().collect();
-        names.sort();
-        names
     }
 
     pub(crate) fn running_count(&self) -> usize {

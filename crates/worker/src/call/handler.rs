@@ -13,7 +13,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value as Json;
 
-use crate::context::TaskContext;
+use super::context::TaskContext;
+use super::pace::Pace;
 use crate::settle::Outcome;
 use crate::shared::{HandlerOptions, TaskError};
 
@@ -23,13 +24,16 @@ pub(crate) enum Kind<E> {
     Batch(Arc<dyn BatchHandler<E>>, usize),
 }
 
+/// The handlers, by task name (a fast hash: looked up per call).
+pub(crate) type Handlers<E> = foldhash::HashMap<String, Registration<E>>;
+
 /// What the builder recorded for one task name.
 pub(crate) struct Registration<E> {
     pub(crate) kind: Kind<E>,
     pub(crate) options: HandlerOptions,
     /// A quick handler's record of its calls' first polls, which decides
-    /// whether they run in groups ([`crate::pace`]); `None` for others.
-    pub(crate) pace: Option<Arc<crate::pace::Pace>>,
+    /// whether they run in groups (see `pace`); `None` for others.
+    pub(crate) pace: Option<Arc<Pace>>,
 }
 
 pub(crate) type BoxOutcome = Pin<Box<dyn Future<Output = Outcome> + Send>>;
@@ -97,7 +101,7 @@ where
 /// A synchronous handler, run on tokio's blocking threads so it never
 /// holds an async one. Its future ends when the closure returns; if it is
 /// dropped first (a time limit, shutdown), the closure runs on and the
-/// run's [`Running`](crate::context::Running) says so until it returns.
+/// run's `Running` says so until it returns.
 pub(crate) struct Blocking<F, P, R>(pub(crate) Arc<F>, pub(crate) PhantomData<fn(P) -> R>);
 
 impl<E, F, P, R> Handler<E> for Blocking<F, P, R>

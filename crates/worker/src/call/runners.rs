@@ -55,7 +55,9 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use waymark_store::PgExecutor;
 
-use crate::run::{run_call, Started};
+use super::handler::Handlers;
+use super::run::run_call;
+use super::start::{start, Call, Started};
 use crate::settle::Settler;
 use crate::shared::Shared;
 
@@ -68,6 +70,7 @@ pub(crate) struct Runs<E> {
 
 struct Inner<E> {
     shared: Arc<Shared<E>>,
+    handlers: Arc<Handlers<E>>,
     settler: Settler<E>,
     queue: Mutex<Queue<E>>,
     /// Calls started and not yet ended (queued or under way); `ended`
@@ -121,10 +124,11 @@ struct Queue<E> {
 }
 
 impl<E: PgExecutor + 'static> Runs<E> {
-    pub(crate) fn new(shared: Arc<Shared<E>>, settler: Settler<E>) -> Self {
+    pub(crate) fn new(shared: Arc<Shared<E>>, handlers: Arc<Handlers<E>>, settler: Settler<E>) -> Self {
         Runs {
             inner: Arc::new(Inner {
                 shared,
+                handlers,
                 settler,
                 queue: Mutex::new(Queue { calls: VecDeque::new(), idle: Vec::new(), sent: 0, closed: false }),
                 open: AtomicUsize::new(0),
@@ -133,6 +137,13 @@ impl<E: PgExecutor + 'static> Runs<E> {
                 stopping: AtomicBool::new(false),
             }),
         }
+    }
+
+    /// Starts a call the claim stage handed over: its slot taken (the
+    /// worker's `running_count` counts it from here), ready to queue with
+    /// [`Runs::start_all`]; `None` for a call of no task.
+    pub(crate) fn start(&self, call: Call) -> Option<Started<E>> {
+        start(&self.inner.shared, &self.inner.handlers, call)
     }
 
     /// Queues started calls for runners, taking them out of `calls` (whose

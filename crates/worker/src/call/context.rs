@@ -12,7 +12,8 @@ use waymark_store::{
     Settlement, Store, Task, TaskStatus, MAX_SNOOZE,
 };
 
-use crate::shared::{envelope, CallHold, CancelReason, Running, TaskError};
+use super::blocking::BlockingGuard;
+use crate::shared::{envelope, CancelReason, Running, TaskError};
 
 /// Gives a handler's own settlement back to the worker unless disarmed
 /// (its write answered).
@@ -23,28 +24,6 @@ impl Drop for HandBack<'_> {
         if let Some(running) = self.0 {
             running.give_back_settlement();
         }
-    }
-}
-
-/// Marks a blocking handler's closure running, until dropped with it.
-/// It holds the call (its concurrency slot and its units) too: a closure
-/// that outlives its run (past `max_run_time`) still occupies them.
-#[derive(Debug)]
-pub(crate) struct BlockingGuard {
-    running: Arc<Running>,
-    _call: Option<CallHold>,
-}
-
-impl BlockingGuard {
-    /// Calls a blocking handler inside the observer's context.
-    pub(crate) fn enter<T>(&self, call: impl FnOnce() -> T) -> T {
-        self.running.enter(call)
-    }
-}
-
-impl Drop for BlockingGuard {
-    fn drop(&mut self) {
-        self.running.set_blocking(false);
     }
 }
 
@@ -134,9 +113,7 @@ impl<E> TaskContext<E> {
     }
 
     pub(crate) fn blocking_guard(&self) -> BlockingGuard {
-        self.running.set_blocking(true);
-        let call = self.running.call_hold();
-        BlockingGuard { running: self.running.clone(), _call: call }
+        BlockingGuard::new(self.running.clone())
     }
 
     /// Whether the token fired, and why.
