@@ -11,8 +11,7 @@ use serde::Serialize;
 use waymark_store::{ClaimRequest, Error, FleetLimit, PgExecutor, RetryBackoff, Store, TaskDef};
 
 use crate::call::{BatchItem, Blocking, Kind, Registration, TaskContext, Typed, TypedBatch};
-use crate::limits::Capacities;
-use crate::plan::{Planner, Source};
+use crate::claim;
 use crate::shared::{
     ErrorHook, HandlerOptions, Settings, Shared, State, StatementBudget, TaskError, WorkerError,
 };
@@ -342,7 +341,7 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
             return bad(format!("resource {r:?} needs a non-empty name and a capacity of at least 1"));
         }
         for (name, reg) in &self.handlers {
-            crate::limits::check(name, &reg.options, &self.resources)?;
+            claim::check(name, &reg.options, &self.resources)?;
             if let Kind::Batch(_, max) = reg.kind {
                 if !(1..=MAX_BATCH).contains(&max) {
                     return bad(format!(
@@ -372,13 +371,24 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
         for limit in &self.fleet_limits {
             limit.check()?;
         }
-        let planner = plan(&self.handlers, &self.resources, &self.fleet_limits, &settings.queues, request)?;
+        let draws: Vec<(&String, usize, &HandlerOptions)> = self
+            .handlers
+            .iter()
+            .map(|(name, reg)| {
+                let batch = match reg.kind {
+                    Kind::Batch(_, max) => max,
+                    Kind::One(_) => 1,
+                };
+                (name, batch, &reg.options)
+            })
+            .collect();
+        let planner = claim::plan(&draws, &self.resources, &self.fleet_limits, &settings.queues, request)?;
         Ok(Worker {
             // Looked up per call: a fast hash of the name.
             handlers: Arc::new(self.handlers.into_iter().collect()),
+            planner: Arc::new(planner),
             shared: Arc::new(Shared {
                 store: self.store,
-                planner,
                 on_error: self.on_error,
                 statements: Arc::new(StatementBudget::new(self.statement_concurrency)),
                 settings,
@@ -446,100 +456,4 @@ impl<P, R> TaskName<P, R> for &TaskDef<P, R> {
     fn into_name(self) -> String {
         self.name().to_owned()
     }
-}
-
-/// The claim plan of these registrations: one shared draw for the names
-/// without limits or batches, one draw for each of the others, each with
-/// the capacities it spends; each draw split by the fleet limit its tasks
-/// fall under (a draw of the queues and names under one limit, and one of
-/// those under none).
-fn plan<E>(
-    handlers: &HashMap<String, Registration<E>>,
-    resources: &HashMap<String, usize>,
-    fleet: &[FleetLimit],
-    queues: &[String],
-    base: ClaimRequest,
-) -> Result<Planner, Error> {
-    let (caps, index) = Capacities::new(resources);
-    let mut names: Vec<&String> = handlers.keys().collect();
-    names.sort();
-    let (mut shared, mut sources) = (Vec::new(), Vec::new());
-    for name in names {
-        let reg = &handlers[name];
-        let batch = match reg.kind {
-            Kind::Batch(_, max) => max,
-            Kind::One(_) => 1,
-        };
-        let mut limits = Vec::new();
-        if let Some(r) = &reg.options.resource {
-            limits.push(index[r]);
-        }
-        if let Some(n) = reg.options.max_running {
-            limits.push(caps.add(format!("handler {name:?}"), n));
-        }
-        if limits.is_empty() && batch == 1 {
-            shared.push(name.clone());
-        } else {
-            sources.push(Source::new(vec![name.clone()], batch, limits.into()));
-        }
-    }
-    if !shared.is_empty() {
-        sources.insert(0, Source::new(shared, 1, Arc::from(Vec::new())));
-    }
-    let mut split = Vec::with_capacity(sources.len());
-    let mut used = vec![false; fleet.len()];
-    for source in sources {
-        split.extend(split_by_fleet_limits(source, fleet, queues, &mut used)?);
-    }
-    if let Some(unused) = used.iter().position(|u| !u) {
-        return Err(Error::InvalidArgument(format!(
-            "fleet limit {} covers none of this worker's queues and handlers",
-            fleet[unused]
-        )));
-    }
-    Ok(Planner::new(split, Arc::new(caps), base))
-}
-
-/// Splits one draw so that each part claims the tasks of one fleet limit,
-/// or of none: per queue, its names by the limit that covers them; parts
-/// with the same limit and names share one draw over their queues.
-fn split_by_fleet_limits(
-    source: Source,
-    fleet: &[FleetLimit],
-    queues: &[String],
-    used: &mut [bool],
-) -> Result<Vec<Source>, Error> {
-    if fleet.is_empty() {
-        return Ok(vec![source]);
-    }
-    let mut parts: std::collections::BTreeMap<(Option<usize>, Vec<String>), Vec<String>> = Default::default();
-    for queue in queues {
-        let mut by_limit: std::collections::BTreeMap<Option<usize>, Vec<String>> = Default::default();
-        for name in &source.names {
-            let mut covering =
-                fleet.iter().enumerate().filter(|(_, l)| l.covers(queue, name)).map(|(i, _)| i);
-            let first = covering.next();
-            if let (Some(a), Some(b)) = (first, covering.next()) {
-                return Err(Error::InvalidArgument(format!(
-                    "tasks named {name:?} in queue {queue:?} fall under two fleet limits ({} and {}); give each task one",
-                    fleet[a], fleet[b]
-                )));
-            }
-            if let Some(i) = first {
-                used[i] = true;
-            }
-            by_limit.entry(first).or_default().push(name.clone());
-        }
-        for (limit, names) in by_limit {
-            parts.entry((limit, names)).or_default().push(queue.clone());
-        }
-    }
-    Ok(parts
-        .into_iter()
-        .map(|((limit, names), part_queues)| Source {
-            queues: (part_queues != queues).then_some(part_queues),
-            fleet: limit.map(|i| fleet[i].clone()),
-            ..Source::new(names, source.batch, source.limits.clone())
-        })
-        .collect())
 }

@@ -108,11 +108,8 @@
 
 mod builder;
 mod call;
-mod claim_loop;
+mod claim;
 mod heartbeat;
-mod limits;
-mod plan;
-mod register;
 mod settle;
 mod shared;
 mod shutdown;

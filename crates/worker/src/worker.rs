@@ -8,7 +8,7 @@ use waymark_store::{PgExecutor, Store};
 
 use crate::builder::WorkerBuilder;
 use crate::call::{Handlers, Runs};
-use crate::claim_loop::claim_loop;
+use crate::claim::{claim_loop, Planner};
 use crate::heartbeat::heartbeat_loop;
 use crate::settle::Settler;
 use crate::shared::{Events, SettledCount, Shared, WorkerEvent};
@@ -19,6 +19,7 @@ use crate::shutdown::shutdown;
 pub struct Worker<E> {
     pub(crate) shared: Arc<Shared<E>>,
     pub(crate) handlers: Arc<Handlers<E>>,
+    pub(crate) planner: Arc<Planner>,
 }
 
 impl<E> std::fmt::Debug for Worker<E> {
@@ -221,7 +222,7 @@ impl<E: PgExecutor + 'static> Worker<E> {
         // left to stop.)
         let _stop = StopNowOnDrop(shared.clone());
         let runs = Runs::new(shared.clone(), self.handlers, settler);
-        claim_loop(&shared, &runs).await;
+        claim_loop(&shared, self.planner, &runs).await;
         shutdown(&shared, &runs).await;
         // The runners stop (idle, or stuck in blocking code and left; the
         // batcher's end below does not wait for the settler they hold).

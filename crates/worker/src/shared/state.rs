@@ -16,7 +16,6 @@ use super::events::Events;
 use super::running::Running;
 use super::settings::{ErrorHook, Settings, WorkerError};
 use super::settled::SettledCount;
-use crate::plan::Planner;
 
 /// Unsettled tasks' runs, by task id.
 pub(crate) type RunningMap = foldhash::HashMap<Arc<str>, Arc<Running>>;
@@ -156,7 +155,6 @@ impl CallTime {
 /// settings, and its state.
 pub(crate) struct Shared<E> {
     pub(crate) store: Arc<Store<E>>,
-    pub(crate) planner: Planner,
     pub(crate) on_error: ErrorHook,
     /// Places for claims and settlement flushes (see [`StatementBudget`]).
     pub(crate) statements: Arc<StatementBudget>,

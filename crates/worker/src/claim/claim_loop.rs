@@ -1,15 +1,16 @@
 //! The claim loop: claims for free slots, wakes on signals, starts runs.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 use waymark_store::{Error, PgExecutor, Signal};
 
+use super::plan::{claim_panicked, Drawn, Planner};
+use super::ready::Ready;
 use crate::call::Runs;
-use crate::plan::{claim_panicked, Drawn};
-use crate::register::{give_back, register_calls, Registered};
+use crate::settle::FLUSHES_IN_FLIGHT;
 use crate::shared::Shared;
 
 /// How long the claim loop waits at most for more free slots before it
@@ -38,47 +39,22 @@ const CLAIM_ASK_MIN: usize = 16;
 /// few slots claims again without waiting on its settlements' commits;
 /// this keeps a slow settlement path from letting claimed work pile up.
 pub(crate) fn settling_bound(concurrency: usize, settle_batch: usize) -> usize {
-    concurrency.max(settle_batch.saturating_mul(crate::settle::FLUSHES_IN_FLIGHT))
+    concurrency.max(settle_batch.saturating_mul(FLUSHES_IN_FLIGHT))
 }
-
-/// With short calls, the next claim's round trip, not the handlers, would
-/// bound a worker of few slots. So the worker claims ahead of its free
-/// slots what its slots will get through in this long, by the calls'
-/// average time, and holds it (leases renewed) until a slot frees: a
-/// claimed-ahead task waits about this long at most. Calls longer than
-/// this are claimed only into free slots, so no worker holds work another
-/// could start.
-const CLAIM_AHEAD_WINDOW: Duration = Duration::from_millis(5);
-
-/// The most calls claimed ahead.
-const CLAIM_AHEAD_MAX: usize = 256;
-
-/// A call claimed ahead that has waited this long for a slot goes back to
-/// its queue (released, its attempt unspent) for any worker to take: the
-/// calls it waits behind turned long. The worker then claims nothing
-/// ahead until as many calls as it has slots have ended since, telling
-/// how long calls take now.
-const CLAIM_AHEAD_HOLD: Duration = Duration::from_millis(100);
-
-/// How many calls to claim ahead of the free slots (see
-/// [`CLAIM_AHEAD_WINDOW`]): none until a call has ended.
-fn claim_ahead(concurrency: usize, average: Option<Duration>) -> usize {
-    let Some(average) = average else { return 0 };
-    let per_slot = CLAIM_AHEAD_WINDOW.as_micros() / average.as_micros().max(1);
-    usize::try_from(per_slot).unwrap_or(usize::MAX).saturating_mul(concurrency).min(CLAIM_AHEAD_MAX)
-}
-
-/// Calls queued for the runners together (`start_ready`).
-const START_GROUP: usize = 32;
 
 /// Runs the claim loop until shutdown begins; what it claimed is started.
-pub(crate) async fn claim_loop<E: PgExecutor + 'static>(shared: &Arc<Shared<E>>, runs: &Runs<E>) {
-    ClaimLoop::new(shared).run(runs).await;
+pub(crate) async fn claim_loop<E: PgExecutor + 'static>(
+    shared: &Arc<Shared<E>>,
+    planner: Arc<Planner>,
+    runs: &Runs<E>,
+) {
+    ClaimLoop::new(shared, planner).run(runs).await;
 }
 
 /// The claim loop and everything it keeps between turns.
 struct ClaimLoop<'a, E> {
     shared: &'a Arc<Shared<E>>,
+    planner: Arc<Planner>,
     /// Claims under way, and the slots each asked for (by task id, so that
     /// a claim task that panicked still gives its slots back).
     claims: JoinSet<Drawn>,
@@ -120,22 +96,16 @@ struct ClaimLoop<'a, E> {
     retry_pause: Duration,
     /// See [`settling_bound`].
     settling_bound: usize,
-    /// Calls claimed ahead of a free slot, oldest first, with when they
-    /// were claimed (see [`CLAIM_AHEAD_WINDOW`]); `None` for one whose give
-    /// back failed, which waits to run, never to be given back again.
-    ready: VecDeque<(Option<Instant>, Registered)>,
-    /// Gives back under way; each answers the call if it failed.
-    returning: JoinSet<Option<Registered>>,
-    /// Set when calls claimed ahead were given back: the count of ended
-    /// calls then. Nothing is claimed ahead until as many more calls as
-    /// the worker has slots have ended.
-    ahead_paused_at: Option<u64>,
+    /// The calls drawn, waiting for a slot (or given back).
+    ready: Ready<E>,
 }
 
 impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
-    fn new(shared: &'a Arc<Shared<E>>) -> Self {
+    fn new(shared: &'a Arc<Shared<E>>, planner: Arc<Planner>) -> Self {
         ClaimLoop {
             shared,
+            limited: planner.limited(),
+            planner,
             claims: JoinSet::new(),
             asked: HashMap::new(),
             reserved: 0,
@@ -145,15 +115,12 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
             wakeups_at_claim: 0,
             wakeups_covered: 0,
             ask_limit: CLAIM_ASK_MIN,
-            limited: shared.planner.limited(),
             probe_due: true,
             last_probe: Instant::now(),
             retry_at: None,
             retry_pause: CLAIM_RETRY_FIRST,
             settling_bound: settling_bound(shared.settings.concurrency, shared.settings.settle_batch),
-            ready: VecDeque::new(),
-            returning: JoinSet::new(),
-            ahead_paused_at: None,
+            ready: Ready::new(shared),
         }
     }
 
@@ -165,8 +132,8 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         // The watch's first answer is "read now".
         let _ = watch.next().await;
         loop {
-            self.start_ready(runs);
-            self.give_back_stale();
+            self.ready.start(runs);
+            self.ready.give_back_stale();
             if *stop.borrow() {
                 self.start_what_is_claimed(runs).await;
                 return;
@@ -182,7 +149,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
             let slots_full = free == 0 || self.free_slots() == 0;
             // A freed slot or unit is a reason to claim again.
             let refill = slots_full || (self.limited && self.dry);
-            let stale_at = self.stale_at();
+            let stale_at = self.ready.stale_at();
             tokio::select! {
                 _ = stop.changed() => {}
                 Some(done) = self.claims.join_next_with_id(), if !self.claims.is_empty() => {
@@ -205,11 +172,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                 }
                 // A call claimed ahead may wait so long: then it goes back.
                 _ = sleep_until_some(stale_at), if stale_at.is_some() => {}
-                Some(back) = self.returning.join_next(), if !self.returning.is_empty() => {
-                    if let Ok(Some(call)) = back {
-                        self.ready.push_front((None, call));
-                    }
-                }
+                () = self.ready.returned(), if self.ready.returning() => {}
                 _ = sleep_until_some(self.retry_at), if self.retry_at.is_some() => {
                     (self.dry, self.retry_at) = (false, None);
                     self.wakeups += 1;
@@ -226,80 +189,15 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
 
     /// Calls to claim for: the slots no handler holds, nor a claim under
     /// way asked for, nor a call claimed ahead waits for; with short calls,
-    /// some more ahead of them ([`claim_ahead`]). None while the settling
+    /// some more ahead of them (`ready::claim_ahead`). None while the settling
     /// tasks are at their bound.
     fn free_slots(&self) -> usize {
         let settling = self.shared.state.settling.load(std::sync::atomic::Ordering::SeqCst);
         if settling >= self.settling_bound {
             return 0;
         }
-        self.room().saturating_sub(self.shared.running_count() + self.reserved + self.ready.len())
-    }
-
-    /// The calls the worker may hold unsettled-and-unended: its slots, and
-    /// those it claims ahead of them.
-    fn room(&self) -> usize {
-        let concurrency = self.shared.settings.concurrency;
-        let calls = &self.shared.state.call_time;
-        let resumes_at = |at: u64| at.saturating_add(u64::try_from(concurrency).unwrap_or(u64::MAX));
-        // Nothing ahead while paused, or when no draw could fill it.
-        if self.ahead_paused_at.is_some_and(|at| calls.ended() < resumes_at(at))
-            || !self.shared.planner.claims_ahead()
-        {
-            return concurrency;
-        }
-        concurrency + claim_ahead(concurrency, calls.average())
-    }
-
-    /// When the oldest call claimed ahead will have waited too long (the
-    /// calls are in the order claimed, a returned one first).
-    fn stale_at(&self) -> Option<tokio::time::Instant> {
-        let oldest = self.ready.iter().find_map(|(at, _)| *at)?;
-        Some(tokio::time::Instant::from_std(oldest + CLAIM_AHEAD_HOLD))
-    }
-
-    /// Gives back the calls claimed ahead that waited [`CLAIM_AHEAD_HOLD`]
-    /// for a slot, and pauses claiming ahead.
-    fn give_back_stale(&mut self) {
-        if self.stale_at().is_none_or(|at| at > tokio::time::Instant::now()) {
-            return;
-        }
-        let mut keep = VecDeque::with_capacity(self.ready.len());
-        let mut stale = 0;
-        for (at, call) in self.ready.drain(..) {
-            if at.is_some_and(|at| at.elapsed() >= CLAIM_AHEAD_HOLD) {
-                self.returning.spawn(give_back(self.shared.clone(), call));
-                stale += 1;
-            } else {
-                keep.push_back((at, call));
-            }
-        }
-        self.ready = keep;
-        self.ahead_paused_at = Some(self.shared.state.call_time.ended());
-        tracing::debug!(calls = stale, "calls claimed ahead waited too long for a slot; giving them back");
-    }
-
-    /// Starts calls claimed ahead, oldest first, while slots are free.
-    fn start_ready(&mut self, runs: &Runs<E>) {
-        // Queued a few dozen at a time: the runners' queue is locked once
-        // for each group, and the first calls' runners start on the other
-        // threads while the rest are prepared. (Called on every turn of the
-        // loop: nothing is allocated unless a call starts.)
-        let mut started = Vec::new();
-        while !self.ready.is_empty() && self.shared.running_count() < self.shared.settings.concurrency {
-            let (_, call) = self.ready.pop_front().expect("not empty");
-            if call.all_lost() {
-                // Its leases went while it waited: nothing to run or give
-                // back, only its entries to clear.
-                self.returning.spawn(give_back(self.shared.clone(), call));
-                continue;
-            }
-            started.extend(runs.start(call.into_call(self.shared)));
-            if started.len() == START_GROUP {
-                runs.start_all(&mut started);
-            }
-        }
-        runs.start_all(&mut started);
+        let room = self.ready.room(self.planner.claims_ahead());
+        room.saturating_sub(self.shared.running_count() + self.reserved + self.ready.len())
     }
 
     /// The slots free now. Claims go in batches: with a few slots free while
@@ -373,7 +271,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         if probe {
             (self.probe_due, self.last_probe) = (false, Instant::now());
         }
-        let shared = self.shared.clone();
+        let (shared, planner) = (self.shared.clone(), self.planner.clone());
         // The part of `free` that slots can take now; the rest is ahead.
         let plain = self.slots_part().min(free);
         // A claim covers the wakeups so far only if it draws from every
@@ -387,7 +285,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         self.reserved += free;
         self.reserved_slots += plain;
         let handle = self.claims.spawn(async move {
-            shared.statements.run(shared.planner.draw(&shared.store, plain, free - plain, probe)).await
+            shared.statements.run(planner.draw(&shared.store, plain, free - plain, probe)).await
         });
         self.asked.insert(handle.id(), Asked { calls: free, for_slots: plain, probe, wakeups: self.wakeups });
     }
@@ -435,30 +333,20 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
         // A draw that missed its turn under a fleet limit claims again then.
         self.retry_at = out.turn_at.into_iter().chain(self.retry_at).min();
         self.take(out);
-        self.start_ready(runs);
+        self.ready.start(runs);
     }
 
     /// Registers what a claim drew, to start as slots free.
     fn take(&mut self, drawn: Drawn) {
-        // A call drawn for a free slot goes before those claimed ahead.
-        let now = Instant::now();
-        let mut first = 0;
-        for call in register_calls(self.shared, drawn.calls) {
-            if call.ahead {
-                self.ready.push_back((Some(now), call));
-            } else {
-                self.ready.insert(first, (Some(now), call));
-                first += 1;
-            }
-        }
+        self.ready.take(drawn.calls);
         if let Some(e) = drawn.error {
             self.shared.report("claim", e);
         }
     }
 
-    /// At shutdown: claimed tasks are ours, so run what has a slot (and
-    /// shutdown settles or gives it back like the rest), and give back
-    /// what was claimed ahead of one, running any whose give back failed.
+    /// At shutdown: claimed tasks are ours, so what the claims under way
+    /// draw is taken too; then the calls waiting start or go back (see
+    /// [`Ready::finish`]).
     async fn start_what_is_claimed(&mut self, runs: &Runs<E>) {
         while let Some(done) = self.claims.join_next().await {
             match done {
@@ -466,24 +354,7 @@ impl<'a, E: PgExecutor + 'static> ClaimLoop<'a, E> {
                 Err(e) => self.shared.report("claim", claim_panicked(e)),
             }
         }
-        while let Some(back) = self.returning.join_next().await {
-            if let Ok(Some(call)) = back {
-                self.ready.push_front((None, call));
-            }
-        }
-        self.start_ready(runs);
-        let left =
-            std::mem::take(&mut self.ready).into_iter().map(|(_, call)| give_back(self.shared.clone(), call));
-        let mut back: Vec<Registered> = futures::future::join_all(left).await.into_iter().flatten().collect();
-        // What `start_ready` just sent back (calls whose leases all went)
-        // ends here too: dropped with the loop, it would leave their
-        // entries in the running map.
-        while let Some(done) = self.returning.join_next().await {
-            back.extend(done.ok().flatten());
-        }
-        runs.start_all(
-            &mut back.into_iter().filter_map(|call| runs.start(call.into_call(self.shared))).collect(),
-        );
+        self.ready.finish(runs).await;
     }
 }
 
@@ -510,19 +381,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn calls_are_claimed_ahead_for_the_window_only_while_short() {
-        let ms = Duration::from_millis;
-        assert_eq!(claim_ahead(10, None), 0, "nothing ahead before a call has ended");
-        assert_eq!(claim_ahead(10, Some(ms(1))), 50, "five calls per slot in 5 ms");
-        assert_eq!(claim_ahead(10, Some(Duration::from_micros(20))), CLAIM_AHEAD_MAX, "capped");
-        assert_eq!(claim_ahead(10, Some(ms(5))), 10, "one per slot at the window");
-        assert_eq!(claim_ahead(10, Some(ms(6))), 0, "none for calls longer than the window");
-        assert_eq!(claim_ahead(10, Some(Duration::ZERO)), CLAIM_AHEAD_MAX);
-    }
-
-    #[test]
     fn settling_is_bounded_by_the_flushes_and_never_below_the_slots() {
-        assert_eq!(settling_bound(10, 64), 64 * crate::settle::FLUSHES_IN_FLIGHT);
+        assert_eq!(settling_bound(10, 64), 64 * FLUSHES_IN_FLIGHT);
         assert_eq!(settling_bound(4096, 64), 4096);
     }
 }

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use waymark_store::{Lease, PgExecutor, Task};
 
-use crate::call::Call as NewCall;
-use crate::limits::Units;
-use crate::plan::Call;
+use super::limits::Units;
+use super::plan::DrawnCall;
+use crate::call::Call;
 use crate::settle::{release, GiveBack};
 use crate::shared::{Hold, OneOrMany, Running, Shared, WorkerEvent};
 
@@ -26,10 +26,10 @@ impl Registered {
     /// The call as the call stage takes it. Units of nothing (no limits)
     /// need no holder: nothing to give back, and the slot's own release
     /// wakes the claim loop.
-    pub(crate) fn into_call<E: PgExecutor + 'static>(self, shared: &Arc<Shared<E>>) -> NewCall {
+    pub(crate) fn into_call<E: PgExecutor + 'static>(self, shared: &Arc<Shared<E>>) -> Call {
         let Registered { tasks, units, running, .. } = self;
         let units = units.hold_capacity().then(|| UnitsHold::new(shared, units) as Hold);
-        NewCall { tasks, runs: running, units }
+        Call { tasks, runs: running, units }
     }
 
     /// Whether every task of the call lost its lease while it waited.
@@ -42,7 +42,7 @@ impl Registered {
 /// locked once for all of it; [`start_call`] runs each call.
 pub(crate) fn register_calls<E: PgExecutor + 'static>(
     shared: &Arc<Shared<E>>,
-    calls: Vec<Call>,
+    calls: Vec<DrawnCall>,
 ) -> Vec<Registered> {
     let observer = shared.store.observer();
     // The claim's own worker id, shared by the leases of its tasks (one
@@ -50,7 +50,7 @@ pub(crate) fn register_calls<E: PgExecutor + 'static>(
     let mut owner: Arc<str> = shared.settings.worker_id.clone();
     let registered: Vec<Registered> = calls
         .into_iter()
-        .map(|Call { tasks, units, ahead }| {
+        .map(|DrawnCall { tasks, units, ahead }| {
             let running: OneOrMany<Arc<Running>> = tasks
                 .iter()
                 .map(|task| {

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use waymark_store::{ClaimRequest, Error, FleetLimit, PgExecutor, Store, Task};
 
-use crate::limits::{Capacities, Units};
+use super::limits::{Capacities, Units};
 use crate::shared::OneOrMany;
 
 /// One draw's names, its tasks per call, and the capacities it spends;
@@ -101,7 +101,7 @@ impl Source {
 /// A handler call the plan drew: its tasks (one, or a batch of one name)
 /// and the units it holds until it ends.
 #[derive(Debug)]
-pub(crate) struct Call {
+pub(crate) struct DrawnCall {
     /// Shared from here on: the run, its context and its settlement hold
     /// the one copy.
     pub(crate) tasks: OneOrMany<Arc<Task>>,
@@ -114,7 +114,7 @@ pub(crate) struct Call {
 /// was drawn before it is ours and runs).
 #[derive(Debug, Default)]
 pub(crate) struct Drawn {
-    pub(crate) calls: Vec<Call>,
+    pub(crate) calls: Vec<DrawnCall>,
     pub(crate) error: Option<Error>,
     /// Whether a claim statement probed (none may have run: every draw's
     /// capacity taken).
@@ -230,7 +230,7 @@ impl Planner {
                         let call: OneOrMany<Arc<Task>> =
                             tasks.by_ref().take(src.batch).map(Arc::new).collect();
                         let ahead = left == 0;
-                        drawn.calls.push(Call { tasks: call, units: units.take_one(), ahead });
+                        drawn.calls.push(DrawnCall { tasks: call, units: units.take_one(), ahead });
                         if ahead {
                             left_ahead -= 1;
                         } else {
