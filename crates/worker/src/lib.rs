@@ -106,19 +106,15 @@
 //! skips the grace; [`Worker::serve`] maps SIGINT and SIGTERM to shutdown
 //! and a second signal to `stop_now`.
 
-mod builder;
 mod call;
 mod claim;
-mod heartbeat;
 mod settle;
 mod shared;
-mod shutdown;
 mod worker;
 
-pub use builder::{TaskName, WorkerBuilder};
 pub use call::{BatchItem, TaskContext};
 pub use shared::{CancelReason, HandlerOptions, TaskError, WorkerError, WorkerEvent};
-pub use worker::{Worker, WorkerHandle};
+pub use worker::{TaskName, Worker, WorkerBuilder, WorkerHandle};
 
 #[doc(no_inline)]
 pub use waymark_store::{FleetLimit, GroupKey, PgExecutor};

@@ -9,6 +9,7 @@ mod blocking;
 mod context;
 mod handler;
 mod pace;
+mod queue;
 mod run;
 mod runners;
 mod start;

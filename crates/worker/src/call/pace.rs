@@ -1,4 +1,4 @@
-//! Which quick handlers' calls run in groups (see [`crate::runners`] and
+//! Which quick handlers' calls run in groups (see `runners` and
 //! `HandlerOptions::quick`): those whose latest calls each finished in
 //! their first poll, quickly.
 //!

@@ -25,7 +25,7 @@
 //! wait for the next call until the worker's run ends.
 //!
 //! The calls of a handler declared quick (`HandlerOptions::quick`) whose
-//! latest calls each ended in their first poll ([`crate::pace`]) are
+//! latest calls each ended in their first poll (`pace`) are
 //! queued as a group for one runner, which polls each once where it is,
 //! one after another with no yield between: a call that ends there woke no
 //! runner of its own (a yield per call, measured, cost as much as a runner
@@ -33,7 +33,7 @@
 //! boxed, as a job of its own with a runner sent for it once the whole
 //! group has been polled: never just before the next call's poll, which
 //! might block the thread (the rule above). A group is at most
-//! [`GROUP_MAX`] calls, of any quick handlers started together. What a
+//! `GROUP_MAX` calls, of any quick handlers started together. What a
 //! quick handler gives up is the isolation above: a call in a group waits
 //! for the polls before its own, and one that blocks its thread holds up
 //! the rest of its group and what the calls before it woke on that thread
@@ -41,7 +41,6 @@
 //! declared quick, and the calls of one that does not end at once leave
 //! the groups.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -49,13 +48,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use futures::task::AtomicWaker;
 use futures::FutureExt;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use waymark_store::PgExecutor;
 
 use super::handler::Handlers;
+use super::queue::{jobs, Bell, Job, Queue};
 use super::run::run_call;
 use super::start::{start, Call, Started};
 use crate::settle::Settler;
@@ -85,44 +84,6 @@ struct Inner<E> {
     stopping: AtomicBool,
 }
 
-/// The most calls in one group: what a call in a group may wait behind.
-const GROUP_MAX: usize = 32;
-
-/// What a runner takes from the queue.
-enum Job<E> {
-    /// A call, run to its end.
-    One(Started<E>),
-    /// Calls whose handlers end at once, polled once each (see the module
-    /// docs).
-    Group(Vec<Started<E>>),
-    /// A call of a group that did not end in its first poll, run to its
-    /// end; it ends in the count as it drops, wherever that is.
-    Polled(Pin<Box<dyn Future<Output = ()> + Send>>),
-}
-
-impl<E> Job<E> {
-    /// Its calls that end in the count only when a runner runs them (a
-    /// polled call's guard goes with its future).
-    fn unguarded(&self) -> usize {
-        match self {
-            Job::One(_) => 1,
-            Job::Group(calls) => calls.len(),
-            Job::Polled(_) => 0,
-        }
-    }
-}
-
-struct Queue<E> {
-    calls: VecDeque<Job<E>>,
-    /// Runners waiting for a wakeup, the latest to wait last.
-    idle: Vec<Arc<Bell>>,
-    /// Runners on their way to the queue (woken, or just spawned) that have
-    /// not yet looked: each queued call has one.
-    sent: usize,
-    /// The runners are stopping: no call is taken or started any more.
-    closed: bool,
-}
-
 impl<E: PgExecutor + 'static> Runs<E> {
     pub(crate) fn new(shared: Arc<Shared<E>>, handlers: Arc<Handlers<E>>, settler: Settler<E>) -> Self {
         Runs {
@@ -130,7 +91,7 @@ impl<E: PgExecutor + 'static> Runs<E> {
                 shared,
                 handlers,
                 settler,
-                queue: Mutex::new(Queue { calls: VecDeque::new(), idle: Vec::new(), sent: 0, closed: false }),
+                queue: Mutex::new(Queue::default()),
                 open: AtomicUsize::new(0),
                 ended: Notify::new(),
                 runners: Mutex::new(JoinSet::new()),
@@ -157,23 +118,7 @@ impl<E: PgExecutor + 'static> Runs<E> {
             return;
         }
         self.inner.open.fetch_add(calls.len(), Ordering::SeqCst);
-        // The calls of handlers that end at once go as one group.
-        let mut jobs = Vec::with_capacity(calls.len());
-        let mut group = Vec::new();
-        for call in calls.drain(..) {
-            match call.groups() {
-                true => group.push(call),
-                false => jobs.push(Job::One(call)),
-            }
-        }
-        while !group.is_empty() {
-            let rest = group.split_off(group.len().min(GROUP_MAX));
-            match group.len() {
-                1 => jobs.extend(group.pop().map(Job::One)),
-                _ => jobs.push(Job::Group(group)),
-            }
-            group = rest;
-        }
+        let jobs = jobs(calls);
         self.inner.send(jobs);
     }
 
@@ -430,34 +375,6 @@ struct Open<E>(Arc<Inner<E>>);
 impl<E> Drop for Open<E> {
     fn drop(&mut self) {
         self.0.call_ended();
-    }
-}
-
-/// How an idle runner is woken: rung once by whoever takes it off the
-/// idle list (a call to take, or the runners stopping).
-#[derive(Default)]
-struct Bell {
-    rung: AtomicBool,
-    waker: AtomicWaker,
-}
-
-impl Bell {
-    fn ring(&self) {
-        self.rung.store(true, Ordering::Release);
-        self.waker.wake();
-    }
-
-    /// Until rung; the ring is spent.
-    async fn heard(&self) {
-        std::future::poll_fn(|cx| {
-            // Registered before the check: a ring between the two is seen.
-            self.waker.register(cx.waker());
-            match self.rung.swap(false, Ordering::AcqRel) {
-                true => std::task::Poll::Ready(()),
-                false => std::task::Poll::Pending,
-            }
-        })
-        .await;
     }
 }
 
