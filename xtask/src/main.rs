@@ -3,7 +3,8 @@
 //! - `migrate [--database-url URL] [--schema NAME] [--status]`
 //! - `setup` : find or install what the tests need (PostgreSQL, PgBouncer, ...)
 //! - `test` : setup, then ensure a PostgreSQL, then run the whole test suite
-//! - `tidy` : SQL only in protocol-sql/, crates layered as documented
+//! - `tidy` : SQL only in protocol-sql/, crates layered as documented, and
+//!   inside each crate short files, no circle of imports, the documented module order
 //! - `demo` : find or start PostgreSQL, migrate, submit and process tasks
 
 mod bench;
@@ -31,7 +32,9 @@ commands:
           list the failures at the end; ARGS go to cargo test (-p narrows it
           from the whole workspace)
   tidy    check what a build cannot: SQL only in protocol-sql/ (and tests, and the
-          bench baseline), crates layered as docs/architecture.md lists
+          bench baseline), crates layered as docs/architecture.md lists; inside each
+          crate no source file over 400 lines, no circle of imports among its
+          modules, and the module order docs/architecture.md declares for it
   demo    find or start PostgreSQL, migrate, submit a few thousand tasks and
           process them with visible progress
   bench [SCENARIO] [--peers] [--rounds N]

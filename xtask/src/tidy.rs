@@ -15,10 +15,45 @@
 //!   so the declared MSRV builds (the toolchain here is the only one that
 //!   can be fetched; clippy's `incompatible_msrv`, denied in CI, checks
 //!   waymark's own use of std against it).
+//! - Inside each crate (`house.rs`): no source file of `crates/*/src` over
+//!   400 lines; no circle of imports among a crate's modules; and the
+//!   module order docs/architecture.md declares for a crate, where it
+//!   declares one. Every problem is reported, each file with its count,
+//!   each circle with its modules and the imports that close it.
 //!
-//! The first two also run as unit tests of xtask, so `cargo xtask test`
-//! keeps them; the third asks `cargo metadata`, and runs in `cargo xtask
-//! tidy` (CI runs it).
+//! A module is a top-level file or folder of a crate's `src/` (`foo.rs`
+//! and `foo/` are one module; `lib.rs` or `main.rs`, the root, is none).
+//! Module A imports B when a file of A names `crate::B`, a name the root
+//! brings in from B (`crate::Name` where the root has `pub use B::Name`),
+//! or a path through `super::` that reaches the root and goes on to B.
+//! This is read from the text: comments and literals are skipped, inline
+//! `mod name { ... }` blocks count for `super::`, and a macro's own paths
+//! are not followed.
+//!
+//! A module order is a fenced `text` block of docs/architecture.md whose
+//! first line is `<crate> modules, lowest first:`, `<crate>` being the
+//! folder under `crates/`; the rest of the block is the levels, lowest
+//! first, separated by `->`, the modules of one level by `,` (a line
+//! break counts as a space, so a long order may wrap):
+//!
+//! ```text
+//! pool modules, lowest first:
+//! error, conninfo -> tls -> manager -> pool
+//! ```
+//!
+//! A module may import only modules of the levels before its own (so two
+//! of one level never import each other), and the block lists every
+//! module of the crate and no other name.
+//!
+//! The crates in [`NOT_YET_CHECKED`] are being restructured: their
+//! problems under the checks inside crates are printed as "not yet
+//! checked" and do not fail tidy.
+//!
+//! All but the MSRV check also run as unit tests of xtask, so `cargo
+//! xtask test` keeps them; the MSRV check asks `cargo metadata`, and runs
+//! in `cargo xtask tidy` (CI runs it).
+
+mod house;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -29,6 +64,11 @@ use std::path::{Path, PathBuf};
 /// written as another client would).
 const SQL_ALLOWED: &[&str] = &["xtask/src/bench/baseline.rs", "crates/testing/"];
 
+/// Crates (or files) being restructured: the checks inside crates report
+/// their problems as "not yet checked" instead of failing. Remove an entry
+/// once its restructuring has landed.
+const NOT_YET_CHECKED: &[&str] = &["crates/worker/", "crates/store/"];
+
 pub fn run(args: &[String]) -> Result<(), String> {
     if !args.is_empty() {
         return Err("tidy takes no arguments".to_owned());
@@ -36,12 +76,25 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let root = crate::workspace_root();
     let mut problems = sql_outside_protocol(&root)?;
     problems.extend(layering(&root)?);
+    let (inside, deferred): (Vec<house::Problem>, Vec<house::Problem>) =
+        inside_crates(&root)?.into_iter().partition(|p| !not_yet_checked(&p.at));
+    problems.extend(inside.iter().map(ToString::to_string));
     let (msrv, checked, newer) = dependencies_above_msrv(&root)?;
     problems.extend(newer);
+    println!(
+        "tidy: NOT YET CHECKED inside crates (being restructured; NOT_YET_CHECKED in xtask/src/tidy.rs): {}",
+        NOT_YET_CHECKED.join(", ")
+    );
+    for p in &deferred {
+        println!("tidy: not yet checked: {p}");
+    }
     if problems.is_empty() {
         println!(
             "tidy: SQL only in protocol-sql/; the crates layered as docs/architecture.md says; \
-             none of {checked} dependencies needs a Rust newer than {msrv}"
+             no source file over {} lines, no circle of imports, and the module orders \
+             docs/architecture.md declares kept, in every other crate; \
+             none of {checked} dependencies needs a Rust newer than {msrv}",
+            house::MAX_LINES
         );
         return Ok(());
     }
@@ -49,6 +102,43 @@ pub fn run(args: &[String]) -> Result<(), String> {
         println!("tidy: {p}");
     }
     Err(format!("tidy: {} problem(s), listed above", problems.len()))
+}
+
+/// Whether a problem at `at` falls under [`NOT_YET_CHECKED`].
+fn not_yet_checked(at: &str) -> bool {
+    NOT_YET_CHECKED.iter().any(|prefix| at.starts_with(prefix) || format!("{at}/") == *prefix)
+}
+
+/// The problems inside every crate: files over the limit, circles of
+/// imports, and imports against a declared module order (and the orders
+/// that do not parse, or name a crate `crates/` does not hold).
+pub fn inside_crates(root: &Path) -> Result<Vec<house::Problem>, String> {
+    let doc_path = "docs/architecture.md";
+    let doc = std::fs::read_to_string(root.join(doc_path)).map_err(|e| format!("{doc_path}: {e}"))?;
+    let (orders, mut problems) = house::orders(&doc, doc_path);
+    let entries = std::fs::read_dir(root.join("crates")).map_err(|e| format!("crates/: {e}"))?;
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.path().join("src").is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    for order in orders.iter().filter(|o| !names.contains(&o.krate)) {
+        problems.push(house::Problem {
+            at: format!("{doc_path}:{}", order.line),
+            what: format!("an order for crates/{}, which does not exist", order.krate),
+        });
+    }
+    for name in &names {
+        let src = house::Sources::read(root, name)?;
+        let graph = house::graph(&src);
+        problems.extend(house::long_files(&src));
+        problems.extend(house::cycles(&src, &graph));
+        for order in orders.iter().filter(|o| o.krate == *name) {
+            problems.extend(house::order_problems(order, &src, &graph));
+        }
+    }
+    Ok(problems)
 }
 
 /// Every string literal outside tests that reads as SQL, as `path:line: text`.
@@ -322,6 +412,22 @@ mod tests {
         let root = crate::workspace_root();
         assert_eq!(sql_outside_protocol(&root).unwrap(), Vec::<String>::new());
         assert_eq!(layering(&root).unwrap(), Vec::<String>::new());
+        let inside: Vec<String> = inside_crates(&root)
+            .unwrap()
+            .into_iter()
+            .filter(|p| !not_yet_checked(&p.at))
+            .map(|p| p.to_string())
+            .collect();
+        assert_eq!(inside, Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_allow_list_covers_its_crates_only() {
+        assert!(not_yet_checked("crates/worker/src/run.rs"));
+        assert!(not_yet_checked("crates/store/src"));
+        assert!(!not_yet_checked("crates/storehouse/src"));
+        assert!(!not_yet_checked("crates/pool/src/pool.rs"));
+        assert!(!not_yet_checked("docs/architecture.md:12"));
     }
 
     #[test]

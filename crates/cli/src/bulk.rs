@@ -6,8 +6,8 @@ use serde_json::json;
 use waymark_store::{PurgeFilter, TaskStatus};
 
 use crate::args::{PurgeArgs, RetryArgs};
-use crate::commands::{doc, duration, list_filter, open, status_of, Out};
 use crate::error::{CliError, Kind};
+use crate::shared::{doc, duration, list_filter, open, status_of, Out};
 
 /// Bulk retries read the matches in pages of this many.
 const PAGE: i64 = 1000;

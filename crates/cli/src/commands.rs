@@ -2,18 +2,14 @@
 //! the store's own operations, then tables or JSON. The store's statements
 //! are the only SQL; no filter reaches the database but as a bound value.
 
-use std::time::Duration;
-
 use serde_json::{json, Value as Json};
 use waymark_pool::PgPool;
-use waymark_store::{ConnectOptions, ListFilter, Store, Task, TaskStatus};
+use waymark_store::{ConnectOptions, Store, Task, TaskStatus};
 
-use crate::args::{Cli, Command, Filters, ListArgs, RetryArgs, Target};
+use crate::args::{Cli, Command, ListArgs, RetryArgs, Target};
 use crate::error::{CliError, Kind};
 use crate::render;
-
-/// What a command printed, and that it went well.
-pub type Out = Result<String, CliError>;
+use crate::shared::{doc, list_filter, open, open_sized, pool, Out};
 
 pub async fn run(cli: Cli) -> Out {
     let url = cli
@@ -49,32 +45,6 @@ pub async fn run(cli: Cli) -> Out {
     }
 }
 
-/// A store on a small pool, over an installation that must already be
-/// there: no command but `migrate` changes the schema.
-pub async fn open(url: &str, schema: Option<&str>) -> Result<Store<PgPool>, CliError> {
-    open_sized(url, schema, 2).await
-}
-
-/// [`open`] with `connections` pooled (the dashboard serves several pages).
-async fn open_sized(url: &str, schema: Option<&str>, connections: u32) -> Result<Store<PgPool>, CliError> {
-    let options = ConnectOptions { schema: schema.map(Into::into), skip_migrate: true };
-    Ok(Store::connect(pool(url, schema, connections)?, options).await?)
-}
-
-fn pool(url: &str, schema: Option<&str>, connections: u32) -> Result<PgPool, CliError> {
-    let mut builder = PgPool::builder(url).max_size(connections);
-    if let Some(s) = schema {
-        builder = builder.schema(s);
-    }
-    builder.build().map_err(|e| CliError::usage(format!("bad --database-url: {e}")))
-}
-
-pub(crate) fn doc(v: &impl serde::Serialize) -> String {
-    let mut s = serde_json::to_string_pretty(v).expect("the store's types serialise");
-    s.push('\n');
-    s
-}
-
 async fn migrate(url: &str, schema: Option<&str>, status: bool, json: bool) -> Out {
     let store = Store::new(pool(url, schema, 2)?);
     if status {
@@ -105,35 +75,6 @@ async fn migrate(url: &str, schema: Option<&str>, status: bool, json: bool) -> O
         "up to date: no migration to apply\n".to_owned()
     } else {
         report.applied.iter().map(|m| format!("applied {m}\n")).collect()
-    })
-}
-
-/// A status named on the command line, or exit 2 naming the known ones.
-pub(crate) fn status_of(s: &Option<String>) -> Result<Option<TaskStatus>, CliError> {
-    s.as_deref()
-        .map(|s| {
-            s.parse::<TaskStatus>().map_err(|_| {
-                let known: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
-                CliError::usage(format!("unknown status {s:?} (known: {})", known.join(", ")))
-            })
-        })
-        .transpose()
-}
-
-pub(crate) fn list_filter(f: &Filters, limit: i64, offset: i64) -> Result<ListFilter, CliError> {
-    if limit < 0 || offset < 0 {
-        return Err(CliError::usage(format!(
-            "--limit and --offset must not be negative, got {limit} and {offset}"
-        )));
-    }
-    Ok(ListFilter {
-        status: status_of(&f.status)?,
-        queue: f.queue.clone(),
-        name: f.name.clone(),
-        root_id: f.root.clone(),
-        correlation_id: f.correlation.clone(),
-        limit,
-        offset,
     })
 }
 
@@ -243,27 +184,6 @@ async fn ui(url: &str, schema: Option<&str>, args: crate::args::UiArgs) -> Out {
     Ok(String::new())
 }
 
-/// `90s`, `30m`, `12h`, `7d`, `500ms`: a number and a unit.
-pub fn duration(s: &str, flag: &str) -> Result<Duration, CliError> {
-    let bad = || {
-        CliError::usage(format!(
-            "{flag} must be a number and a unit (ms, s, m, h, d), such as 30m; got {s:?}"
-        ))
-    };
-    let digits = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-    let (n, unit) = s.split_at(digits);
-    let n: u64 = n.parse().map_err(|_| bad())?;
-    let secs = |k: u64| n.checked_mul(k).map(Duration::from_secs).ok_or_else(bad);
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => secs(1),
-        "m" => secs(60),
-        "h" => secs(3600),
-        "d" => secs(86_400),
-        _ => Err(bad()),
-    }
-}
-
 /// A JSON document of an error, for `--json` callers.
 pub fn error_doc(e: &CliError) -> Json {
     let code = match e.kind {
@@ -277,21 +197,4 @@ pub fn error_doc(e: &CliError) -> Json {
         doc["matched"] = json!(n);
     }
     doc
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_take_a_number_and_a_unit() {
-        assert_eq!(duration("90s", "--x").unwrap(), Duration::from_secs(90));
-        assert_eq!(duration("7d", "--x").unwrap(), Duration::from_secs(7 * 86_400));
-        assert_eq!(duration("250ms", "--x").unwrap(), Duration::from_millis(250));
-        for bad in ["", "10", "h", "1.5h", "10w", "-1s", "99999999999999999999d"] {
-            let e = duration(bad, "--older-than").unwrap_err();
-            assert_eq!(e.kind, Kind::Usage, "{bad}");
-            assert!(e.message.starts_with("--older-than must be a number and a unit"), "{}", e.message);
-        }
-    }
 }

@@ -9,6 +9,7 @@ mod bulk;
 mod commands;
 mod error;
 mod render;
+mod shared;
 mod watch;
 
 use std::io::Write;

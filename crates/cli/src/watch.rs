@@ -14,9 +14,9 @@ use waymark_pool::PgPool;
 use waymark_store::{StatusCounts, Store};
 
 use crate::args::WatchArgs;
-use crate::commands::{duration, open, Out};
 use crate::error::CliError;
 use crate::render;
+use crate::shared::{duration, open, Out};
 
 /// Redraws at most this often: a busy queue signals thousands of times a
 /// second, and each redraw counts rows.

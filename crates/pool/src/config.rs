@@ -3,30 +3,14 @@
 use std::time::Duration;
 
 use crate::conninfo::ConnInfo;
-use crate::pool::PgPool;
+use crate::error::PoolError;
 use crate::tls::Endpoint;
-
-/// Why a pool could not be built.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PoolError {
-    /// The URL did not parse.
-    #[error("invalid database url: {0}")]
-    InvalidUrl(String),
-    /// A setting is out of range.
-    #[error("invalid pool setting: {0}")]
-    InvalidSetting(String),
-    /// Built outside a tokio runtime: the pool's idle reaper runs as a
-    /// task of the runtime it is built in.
-    #[error("a pool must be built inside a tokio runtime (its idle reaper runs as a task there)")]
-    NoRuntime,
-}
 
 /// Hard ceiling on `max_size`: a queue that needs more connections than this
 /// per process needs batching, not connections.
 pub const MAX_POOL_SIZE: u32 = 32;
 
-/// Builds a [`PgPool`]. Building validates and never connects.
+/// Builds a [`PgPool`](crate::PgPool). Building validates and never connects.
 #[derive(Debug, Clone)]
 pub struct PgPoolBuilder {
     pub(crate) url: String,
@@ -209,16 +193,9 @@ impl PgPoolBuilder {
         Ok(endpoint)
     }
 
-    /// Builds the pool. Does not connect: the first call does.
-    ///
-    /// A pool belongs to the runtime it is built in: its idle reaper runs
-    /// there, and each connection is driven by the runtime of the call that
-    /// opened it. Build it inside the runtime that uses it, and one per
-    /// runtime if a program has several: when a runtime ends, the
-    /// connections it drove close (the pool notices and opens new ones),
-    /// and a pool whose own runtime ended closes idle connections no more.
-    /// LISTEN is not affected: its hubs run on a thread of their own.
-    pub fn build(self) -> Result<PgPool, PoolError> {
+    /// Checks every setting and parses both URLs: what
+    /// [`build`](Self::build) makes a pool from.
+    pub(crate) fn parts(&self) -> Result<Parts, PoolError> {
         let bad = |msg: String| Err(PoolError::InvalidSetting(msg));
         if self.max_size == 0 || self.max_size > MAX_POOL_SIZE {
             return bad(format!("max_size must be within 1..={MAX_POOL_SIZE}, got {}", self.max_size));
@@ -257,38 +234,17 @@ impl PgPoolBuilder {
             PoolError::InvalidUrl(why) => PoolError::InvalidUrl(format!("listen url: {why}")),
             other => other,
         })?;
-        Ok(PgPool::from_parts(self, endpoint, setup, listen_url, listen))
+        Ok(Parts { endpoint, setup, listen_url, listen })
     }
 }
 
-#[cfg(test)]
-mod listen_url_tests {
-    use super::*;
-
-    /// Outside a runtime a clear error, not tokio's panic (bb8 spawns its
-    /// reaper where the pool is built).
-    #[test]
-    fn a_pool_built_outside_a_runtime_is_refused() {
-        let err = PgPool::builder("postgres://u@db/app").build().expect_err("no runtime");
-        assert!(matches!(err, PoolError::NoRuntime), "{err}");
-        assert!(err.to_string().contains("inside a tokio runtime"), "{err}");
-    }
-
-    #[tokio::test]
-    async fn the_listen_url_is_the_direct_host_behind_a_pooler_or_as_given() {
-        let pooled = PgPool::builder("postgres://u@ep-1-pooler.eu.example.tech/db?sslmode=require")
-            .build()
-            .expect("pool");
-        assert_eq!(pooled.listen_url(), "postgres://u@ep-1.eu.example.tech/db?sslmode=require");
-        let explicit = PgPool::builder("postgres://u@pgbouncer:6432/db")
-            .listen_url("postgres://u@primary:5432/db")
-            .build()
-            .expect("pool");
-        assert_eq!(explicit.listen_url(), "postgres://u@primary:5432/db");
-        let plain = PgPool::builder("postgres://u@db/app").build().expect("pool");
-        assert_eq!(plain.listen_url(), "postgres://u@db/app");
-        let bad =
-            PgPool::builder("postgres://u@db/app").listen_url("postgres://u@db/app?sslmode=bogus").build();
-        assert!(bad.unwrap_err().to_string().contains("listen url"));
-    }
+/// A builder's checked settings that are not plain values.
+pub(crate) struct Parts {
+    /// Where the pool's connections go.
+    pub(crate) endpoint: Endpoint,
+    /// Run on each new connection (the schema's `search_path`).
+    pub(crate) setup: Option<String>,
+    /// The direct session URL, for LISTEN.
+    pub(crate) listen_url: String,
+    pub(crate) listen: Endpoint,
 }

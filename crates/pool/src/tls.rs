@@ -24,8 +24,8 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::config::PoolError;
 use crate::conninfo::ConnInfo;
+use crate::error::PoolError;
 
 /// How a connection uses TLS: libpq's `sslmode` (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

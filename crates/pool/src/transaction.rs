@@ -5,7 +5,8 @@ use async_trait::async_trait;
 use waymark_store::{ExecError, PgSession, PgTransaction, Row, Sql, Value};
 
 use crate::codec::map_error;
-use crate::pool::{query_on, Lease, PgPool};
+use crate::pool::{Lease, PgPool};
+use crate::query::query_on;
 
 /// An open transaction on one pooled connection. Use [`PoolTransaction::client`]
 /// for your own statements: they commit or roll back with the store's.

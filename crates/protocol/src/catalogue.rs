@@ -2,77 +2,7 @@
 
 use std::sync::OnceLock;
 
-/// The PostgreSQL type of a statement parameter, as the statement's header
-/// declares it. Executors bind with these types, so no round trip is needed to
-/// learn them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ParamType {
-    /// `boolean`
-    Bool,
-    /// `integer`
-    Int4,
-    /// `bigint`
-    Int8,
-    /// `double precision`
-    Float8,
-    /// `text`
-    Text,
-    /// `text[]`
-    TextArray,
-    /// `jsonb`
-    Jsonb,
-    /// `int4[]`
-    Int4Array,
-    /// `int8[]`
-    Int8Array,
-    /// `jsonb[]`
-    JsonbArray,
-}
-
-impl ParamType {
-    /// The spelling used in `-- params:` headers (and in SQL casts).
-    pub fn sql_name(self) -> &'static str {
-        match self {
-            ParamType::Bool => "bool",
-            ParamType::Int4 => "int4",
-            ParamType::Int8 => "int8",
-            ParamType::Float8 => "float8",
-            ParamType::Text => "text",
-            ParamType::TextArray => "text[]",
-            ParamType::Jsonb => "jsonb",
-            ParamType::Int4Array => "int4[]",
-            ParamType::Int8Array => "int8[]",
-            ParamType::JsonbArray => "jsonb[]",
-        }
-    }
-
-    /// Parses a header spelling.
-    pub fn from_sql_name(name: &str) -> Option<ParamType> {
-        [
-            ParamType::Bool,
-            ParamType::Int4,
-            ParamType::Int8,
-            ParamType::Float8,
-            ParamType::Text,
-            ParamType::TextArray,
-            ParamType::Jsonb,
-            ParamType::Int4Array,
-            ParamType::Int8Array,
-            ParamType::JsonbArray,
-        ]
-        .into_iter()
-        .find(|ty| ty.sql_name() == name)
-    }
-}
-
-/// A named, typed statement parameter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Param {
-    /// The name used as `:name` in the SQL.
-    pub name: &'static str,
-    /// The declared type.
-    pub ty: ParamType,
-}
+use crate::header::{parse_params, Param};
 
 /// A statement of the catalogue, resolved: its SQL with `:name` parameters and
 /// the parameters its header declares, in header order.
@@ -193,7 +123,7 @@ impl Statement {
                 .map(|&id| StatementDef {
                     id,
                     sql: id.source(),
-                    params: crate::header::parse_params(&format!("{}.sql", id.name()), id.source()),
+                    params: parse_params(&format!("{}.sql", id.name()), id.source()),
                 })
                 .collect()
         });

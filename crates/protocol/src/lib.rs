@@ -19,7 +19,8 @@ pub mod listener;
 mod migrations;
 mod scripts;
 
-pub use catalogue::{Param, ParamType, Statement, StatementDef};
+pub use catalogue::{Statement, StatementDef};
+pub use header::{Param, ParamType};
 pub use migrations::{migrations, Migration};
 pub use scripts::{create_schema_script, is_valid_schema_name, set_search_path_script};
 
