@@ -1,4 +1,4 @@
-//! The claim stage: the claim loop ([`claim_loop`]) claims for the slots
+//! The claim stage: the claim loop ([`claim_loop()`]) claims for the slots
 //! free (and, while calls are short, some ahead of them) through the plan
 //! (which names draw together, within the limits and the statement
 //! budget), registers what it drew in the running map, and hands each call

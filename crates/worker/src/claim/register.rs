@@ -39,7 +39,8 @@ impl Registered {
 }
 
 /// Registers what one claim drew (see [`Registered`]), the running map
-/// locked once for all of it; [`start_call`] runs each call.
+/// locked once for all of it; `Registered::into_call` hands each to the
+/// call stage.
 pub(crate) fn register_calls<E: PgExecutor + 'static>(
     shared: &Arc<Shared<E>>,
     calls: Vec<DrawnCall>,
@@ -114,7 +115,7 @@ pub(crate) async fn give_back<E: PgExecutor + 'static>(
 
 /// The units a call drew (resources, a handler's `max_running`). Given
 /// back (and the claim loop woken) when the last holder lets go: the
-/// call's [`Slot`] once its tasks are settled, so a limit counts the tasks
+/// call's `Slot` once its tasks are settled, so a limit counts the tasks
 /// whose rows are still running, as a fleet limit does; or a blocking
 /// closure that outlives its run.
 struct UnitsHold<E> {

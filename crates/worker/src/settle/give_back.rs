@@ -15,7 +15,7 @@ use crate::shared::{Running, Shared};
 pub(crate) enum GiveBack {
     /// Shutdown stopped its run: counted as settled by this worker.
     Shutdown,
-    /// It was claimed ahead and never started (see `claim_loop`): not
+    /// It was claimed ahead and never started (see the claim stage's `ready`): not
     /// counted, and a lease lost meanwhile is no failure.
     Unstarted,
 }

@@ -1,5 +1,5 @@
 //! The worker's record of one unsettled task ([`Running`]): its lease, its
-//! state ([`RunState`](super::run_state::RunState)), the handler's own
+//! state ([`RunState`]), the handler's own
 //! settlement while its write is unanswered, and what reports its end (the
 //! store's observer, the worker's events). Every stage holds it: the claim
 //! makes it, the call's handler and its context read and change it, the

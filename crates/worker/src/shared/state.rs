@@ -32,7 +32,7 @@ pub(crate) struct State {
     pub(crate) busy: AtomicUsize,
     /// Tasks whose calls' handlers have ended and whose settlements are on
     /// their way: they hold no slot, and the claim loop keeps them within a
-    /// bound of their own (`claim_loop::settling_bound`).
+    /// bound of their own (the claim stage's `settling_bound`).
     pub(crate) settling: AtomicUsize,
     /// How long handler calls take, smoothed.
     pub(crate) call_time: CallTime,
