@@ -67,7 +67,7 @@ const SQL_ALLOWED: &[&str] = &["xtask/src/bench/baseline.rs", "crates/testing/"]
 /// Crates (or files) being restructured: the checks inside crates report
 /// their problems as "not yet checked" instead of failing. Remove an entry
 /// once its restructuring has landed.
-const NOT_YET_CHECKED: &[&str] = &["crates/worker/", "crates/store/"];
+const NOT_YET_CHECKED: &[&str] = &["crates/store/"];
 
 pub fn run(args: &[String]) -> Result<(), String> {
     if !args.is_empty() {
