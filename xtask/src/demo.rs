@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use waymark_pool::PgPool;
-use waymark_store::{ConnectOptions, NewTask, Store, TaskStatus};
+use waymark_store::{NewTask, Store, TaskStatus};
 use waymark_worker::Worker;
 
 const DEFAULT_TASKS: usize = 5_000;
@@ -52,7 +52,7 @@ pub async fn run(args: &[String]) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     let store = Arc::new(Store::new(pool));
-    let report = store.prepare(&ConnectOptions::default()).await.map_err(|e| e.to_string())?;
+    let report = store.prepare().await.map_err(|e| e.to_string())?;
     println!("migrated: {} migrations applied", report.applied.len());
 
     let mut rates = Vec::new();

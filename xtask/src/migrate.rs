@@ -34,9 +34,12 @@ pub async fn run(args: &[String]) -> Result<(), String> {
         return Ok(());
     }
 
-    let store = Store::new(pool);
-    let options = ConnectOptions { schema, skip_migrate: false };
-    let report = store.prepare(&options).await.map_err(|e| e.to_string())?;
+    let options = match schema {
+        Some(schema) => ConnectOptions::new().schema(schema),
+        None => ConnectOptions::new(),
+    };
+    let store = Store::with_options(pool, options).map_err(|e| e.to_string())?;
+    let report = store.prepare().await.map_err(|e| e.to_string())?;
     for name in &report.applied {
         println!("applied  {name}");
     }

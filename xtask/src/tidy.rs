@@ -45,10 +45,6 @@
 //! of one level never import each other), and the block lists every
 //! module of the crate and no other name.
 //!
-//! The crates in [`NOT_YET_CHECKED`] are being restructured: their
-//! problems under the checks inside crates are printed as "not yet
-//! checked" and do not fail tidy.
-//!
 //! All but the MSRV check also run as unit tests of xtask, so `cargo
 //! xtask test` keeps them; the MSRV check asks `cargo metadata`, and runs
 //! in `cargo xtask tidy` (CI runs it).
@@ -64,11 +60,6 @@ use std::path::{Path, PathBuf};
 /// written as another client would).
 const SQL_ALLOWED: &[&str] = &["xtask/src/bench/baseline.rs", "crates/testing/"];
 
-/// Crates (or files) being restructured: the checks inside crates report
-/// their problems as "not yet checked" instead of failing. Remove an entry
-/// once its restructuring has landed.
-const NOT_YET_CHECKED: &[&str] = &["crates/store/"];
-
 pub fn run(args: &[String]) -> Result<(), String> {
     if !args.is_empty() {
         return Err("tidy takes no arguments".to_owned());
@@ -76,23 +67,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let root = crate::workspace_root();
     let mut problems = sql_outside_protocol(&root)?;
     problems.extend(layering(&root)?);
-    let (inside, deferred): (Vec<house::Problem>, Vec<house::Problem>) =
-        inside_crates(&root)?.into_iter().partition(|p| !not_yet_checked(&p.at));
-    problems.extend(inside.iter().map(ToString::to_string));
+    problems.extend(inside_crates(&root)?.iter().map(ToString::to_string));
     let (msrv, checked, newer) = dependencies_above_msrv(&root)?;
     problems.extend(newer);
-    println!(
-        "tidy: NOT YET CHECKED inside crates (being restructured; NOT_YET_CHECKED in xtask/src/tidy.rs): {}",
-        NOT_YET_CHECKED.join(", ")
-    );
-    for p in &deferred {
-        println!("tidy: not yet checked: {p}");
-    }
     if problems.is_empty() {
         println!(
             "tidy: SQL only in protocol-sql/; the crates layered as docs/architecture.md says; \
              no source file over {} lines, no circle of imports, and the module orders \
-             docs/architecture.md declares kept, in every other crate; \
+             docs/architecture.md declares kept, in every crate; \
              none of {checked} dependencies needs a Rust newer than {msrv}",
             house::MAX_LINES
         );
@@ -102,11 +84,6 @@ pub fn run(args: &[String]) -> Result<(), String> {
         println!("tidy: {p}");
     }
     Err(format!("tidy: {} problem(s), listed above", problems.len()))
-}
-
-/// Whether a problem at `at` falls under [`NOT_YET_CHECKED`].
-fn not_yet_checked(at: &str) -> bool {
-    NOT_YET_CHECKED.iter().any(|prefix| at.starts_with(prefix) || format!("{at}/") == *prefix)
 }
 
 /// The problems inside every crate: files over the limit, circles of
@@ -415,19 +392,9 @@ mod tests {
         let inside: Vec<String> = inside_crates(&root)
             .unwrap()
             .into_iter()
-            .filter(|p| !not_yet_checked(&p.at))
             .map(|p| p.to_string())
             .collect();
         assert_eq!(inside, Vec::<String>::new());
-    }
-
-    #[test]
-    fn the_allow_list_covers_its_crates_only() {
-        assert!(not_yet_checked("crates/worker/src/run.rs"));
-        assert!(not_yet_checked("crates/store/src"));
-        assert!(!not_yet_checked("crates/storehouse/src"));
-        assert!(!not_yet_checked("crates/pool/src/pool.rs"));
-        assert!(!not_yet_checked("docs/architecture.md:12"));
     }
 
     #[test]

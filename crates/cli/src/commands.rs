@@ -4,12 +4,12 @@
 
 use serde_json::{json, Value as Json};
 use waymark_pool::PgPool;
-use waymark_store::{ConnectOptions, Store, Task, TaskStatus};
+use waymark_store::{Store, Task, TaskStatus};
 
 use crate::args::{Cli, Command, ListArgs, RetryArgs, Target};
 use crate::error::{CliError, Kind};
 use crate::render;
-use crate::shared::{doc, list_filter, open, open_sized, pool, Out};
+use crate::shared::{doc, list_filter, open, open_sized, options, pool, Out};
 
 pub async fn run(cli: Cli) -> Out {
     let url = cli
@@ -46,7 +46,7 @@ pub async fn run(cli: Cli) -> Out {
 }
 
 async fn migrate(url: &str, schema: Option<&str>, status: bool, json: bool) -> Out {
-    let store = Store::new(pool(url, schema, 2)?);
+    let store = Store::with_options(pool(url, schema, 2)?, options(schema))?;
     if status {
         let states = store.migration_status().await?;
         let rows: Vec<Vec<String>> = states
@@ -67,8 +67,7 @@ async fn migrate(url: &str, schema: Option<&str>, status: bool, json: bool) -> O
             render::table(&["migration", "state (UTC)"], &rows)
         });
     }
-    let report =
-        store.prepare(&ConnectOptions { schema: schema.map(Into::into), skip_migrate: false }).await?;
+    let report = store.prepare().await?;
     Ok(if json {
         doc(&json!({"applied": report.applied}))
     } else if report.applied.is_empty() {

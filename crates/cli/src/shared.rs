@@ -24,8 +24,16 @@ pub(crate) async fn open_sized(
     schema: Option<&str>,
     connections: u32,
 ) -> Result<Store<PgPool>, CliError> {
-    let options = ConnectOptions { schema: schema.map(Into::into), skip_migrate: true };
+    let options = options(schema).migrate(false);
     Ok(Store::connect(pool(url, schema, connections)?, options).await?)
+}
+
+/// The store's settings for `--schema`, if given.
+pub(crate) fn options(schema: Option<&str>) -> ConnectOptions {
+    match schema {
+        Some(s) => ConnectOptions::new().schema(s),
+        None => ConnectOptions::new(),
+    }
 }
 
 pub(crate) fn pool(url: &str, schema: Option<&str>, connections: u32) -> Result<PgPool, CliError> {

@@ -6,6 +6,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::{json, Value as Json};
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{ClaimRequest, Failure, NewTask, TaskStatus};
 use waymark_tests::{eventually, pool_store, TestSchema};
 

@@ -11,9 +11,8 @@
 //!
 //! // The global meter and tracer providers (set by your SDK set-up).
 //! let telemetry = Telemetry::global();
-//! let store = Store::connect(pool.clone(), ConnectOptions::default())
-//!     .await?
-//!     .with_observer(Arc::new(telemetry.clone()));
+//! let options = ConnectOptions::new().observer(Arc::new(telemetry.clone()));
+//! let store = Store::connect(pool.clone(), options).await?;
 //! // Gauges: counts by queue and status, read every 30 s; the pool's stats.
 //! let _depths = telemetry.observe_queues(store.clone(), Duration::from_secs(30));
 //! let _pool = telemetry.observe_pool("waymark", &pool);
@@ -84,7 +83,7 @@ pub use gauges::QueueDepths;
 pub const SCOPE: &str = "waymark";
 
 /// Metrics and traces for a store and its workers: install it with
-/// [`Store::with_observer`](waymark_store::Store::with_observer).
+/// [`ConnectOptions::observer`](waymark_store::ConnectOptions::observer).
 /// Cloning shares the instruments.
 #[derive(Clone)]
 pub struct Telemetry {

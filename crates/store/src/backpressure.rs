@@ -19,10 +19,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::executor::PgExecutor;
-use crate::options::{Conflict, NewTask};
-use crate::store::Store;
-use crate::task::TaskStatus;
 
 /// Most submits one `queue_depth` read allows (a larger batch takes its
 /// size).
@@ -35,7 +31,11 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(5);
 /// The default of [`Backpressure::max_wait`].
 pub const DEFAULT_MAX_QUEUE_WAIT: Duration = Duration::from_secs(600);
 
-/// Depth limits on queues, for [`Store::with_backpressure`].
+/// Depth limits on queues, for [`ConnectOptions::backpressure`]: a submit
+/// to a queue at its limit waits for room, up to the maximum wait, then
+/// fails with [`Error::QueueFull`], having submitted nothing.
+///
+/// [`ConnectOptions::backpressure`]: crate::ConnectOptions::backpressure
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backpressure {
     limits: Limits,
@@ -77,7 +77,7 @@ impl Backpressure {
         }
     }
 
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         // A limit of 0 would hold every submit for the whole wait: never
         // what anyone means, so it is refused up front.
         let bad = |queue: &str, n: i64| {
@@ -122,6 +122,11 @@ impl Gate {
         &self.config
     }
 
+    /// Whether submits to `queue` pass through the gate.
+    pub(crate) fn limits(&self, queue: &str) -> bool {
+        self.config.limit_for(queue).is_some()
+    }
+
     fn grant(&self, queue: &str) -> Arc<QueueGrant> {
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         queues.entry(queue.to_owned()).or_default().clone()
@@ -133,13 +138,13 @@ impl Gate {
     /// could never fit). Cancel safe: a dropped wait takes nothing.
     /// `started` is when the submit began to wait (one time for all the
     /// queues of a batch, so the maximum wait bounds the whole submit).
-    async fn admit<E: PgExecutor>(
-        &self,
-        store: &Store<E>,
-        queue: &str,
-        n: i64,
-        started: Instant,
-    ) -> Result<()> {
+    /// `headroom(limit)` reads the room left in `queue` under `limit`
+    /// (the store's `queue_depth`).
+    pub(crate) async fn admit<F, P>(&self, queue: &str, n: i64, started: Instant, headroom: F) -> Result<()>
+    where
+        F: Fn(i64) -> P,
+        P: std::future::Future<Output = Result<i64>>,
+    {
         let Some(limit) = self.config.limit_for(queue) else { return Ok(()) };
         if n > limit {
             return Err(Error::invalid(format!(
@@ -157,11 +162,11 @@ impl Gate {
                 // what is left of the wait (the others of the queue wait
                 // on this probe, so it must not outlast the bound).
                 let rest = self.config.max_wait.saturating_sub(started.elapsed());
-                let headroom = match tokio::time::timeout(rest, store.queue_depth(queue, limit)).await {
-                    Ok(headroom) => headroom?,
+                let room = match tokio::time::timeout(rest, headroom(limit)).await {
+                    Ok(room) => room?,
                     Err(_) => return Err(full(started.elapsed())),
                 };
-                *left = headroom.min(MAX_GRANT.max(n));
+                *left = room.min(MAX_GRANT.max(n));
                 grant.probes.fetch_add(1, Ordering::Release);
             }
             if *left >= n {
@@ -178,69 +183,5 @@ impl Gate {
             tokio::time::sleep(pause.min(self.config.max_wait - waited)).await;
             pause = (pause * 2).min(LONGEST_PAUSE);
         }
-    }
-}
-
-impl<E: PgExecutor> Store<E> {
-    /// Gates this store's submits (and those of its clones made after
-    /// this call, and of workers' child submits) by `limits`: a submit to
-    /// a queue at its limit waits for room, up to the maximum wait, then
-    /// fails with [`Error::QueueFull`], having submitted nothing. The limit
-    /// is soft across producers; see [`MAX_GRANT`]. Bad limits are refused
-    /// here. The submits of `*_in` forms wait too, inside the caller's
-    /// transaction.
-    pub fn with_backpressure(mut self, limits: Backpressure) -> Result<Self> {
-        self.gate = Some(Arc::new(Gate::new(limits)?));
-        Ok(self)
-    }
-
-    /// The depth limits in force, if any.
-    pub fn backpressure(&self) -> Option<&Backpressure> {
-        self.gate.as_deref().map(Gate::config)
-    }
-
-    /// Waits for room for one task, when its queue is limited. A keyed
-    /// submit that will hand back the task its key names inserts nothing
-    /// and waits for nothing. (The key is read without its lock: a race
-    /// with another submit of the key makes this wait when it need not, or
-    /// not when it should, within the gate's softness.)
-    pub(crate) async fn admit_one(&self, task: &NewTask) -> Result<()> {
-        let Some(gate) = self.gate.as_deref().filter(|g| g.config.limit_for(&task.queue).is_some()) else {
-            return Ok(());
-        };
-        if let Some(key) = &task.key {
-            if let Some(state) = self.get_status_by_key(key).await? {
-                if hands_back(task.conflict, state.status) {
-                    return Ok(());
-                }
-            }
-        }
-        gate.admit(self, &task.queue, 1, Instant::now()).await
-    }
-
-    /// Waits for room for a batch, queue by queue (in name order), within
-    /// one maximum wait for the whole batch.
-    pub(crate) async fn admit_batch<'q>(&self, queues: impl IntoIterator<Item = &'q str>) -> Result<()> {
-        let Some(gate) = self.gate.as_deref() else { return Ok(()) };
-        let mut counts = std::collections::BTreeMap::<&str, i64>::new();
-        for queue in queues {
-            *counts.entry(queue).or_default() += 1;
-        }
-        let started = Instant::now();
-        for (queue, n) in counts {
-            gate.admit(self, queue, n, started).await?;
-        }
-        Ok(())
-    }
-}
-
-/// Whether a keyed submit with `conflict` hands back (or refuses on) the
-/// task in `status` its key names, inserting nothing.
-fn hands_back(conflict: Conflict, status: TaskStatus) -> bool {
-    match conflict {
-        Conflict::Reject => true,
-        Conflict::Reuse => !status.is_terminal(),
-        Conflict::ReuseSucceeded => !status.is_terminal() || status == TaskStatus::Succeeded,
-        Conflict::Replace => false,
     }
 }

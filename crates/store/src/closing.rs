@@ -8,9 +8,8 @@
 use tokio::sync::{watch, RwLock, RwLockReadGuard};
 
 use crate::error::{Error, Result};
-use crate::executor::PgExecutor;
-use crate::store::Store;
 
+/// A store's life: open until `Store::close`. Shared by its clones.
 #[derive(Debug)]
 pub(crate) struct Life {
     closed: watch::Sender<bool>,
@@ -35,6 +34,17 @@ impl Life {
         }
     }
 
+    /// Closes: every later check fails, and `closed` resolves.
+    pub(crate) fn close(&self) {
+        self.closed.send_replace(true);
+    }
+
+    /// Waits until no sweep is under way; a sweep that starts after
+    /// [`Life::close`] finds the store closed and never runs.
+    pub(crate) async fn sweeps_ended(&self) {
+        drop(self.sweeps.write().await);
+    }
+
     /// Resolves when the store closes.
     pub(crate) fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let mut rx = self.closed.subscribe();
@@ -50,28 +60,5 @@ impl Life {
         // Checked under the guard: `close` sets the flag before it waits
         // for the write side, so no sweep starts after `close` returned.
         self.check().ok().map(|()| guard)
-    }
-}
-
-impl<E: PgExecutor> Store<E> {
-    /// Closes the store: every later call of it (and of its clones) fails
-    /// with [`Error::StoreClosed`], its LISTEN streams are dropped (a pool's
-    /// listener hub is released with them), waits under way end with
-    /// [`Error::StoreClosed`] at their next read, and its [`Sweeper`]s stop.
-    /// Returns once no sweep is mid-purge. A call already running finishes
-    /// as it would have. The executor is not closed. Closing twice is a
-    /// no-op.
-    ///
-    /// [`Sweeper`]: crate::Sweeper
-    pub async fn close(&self) {
-        self.life.closed.send_replace(true);
-        // Waiters and watchers re-read now, and meet the closed store.
-        self.signals.wake_everyone();
-        drop(self.life.sweeps.write().await);
-    }
-
-    /// Whether [`Store::close`] was called on this store or a clone.
-    pub fn is_closed(&self) -> bool {
-        self.life.check().is_err()
     }
 }

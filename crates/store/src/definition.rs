@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::executor::PgExecutor;
-use crate::options::NewTask;
+use crate::new_task::NewTask;
 use crate::store::Store;
 use crate::task::Task;
 

@@ -1,6 +1,7 @@
 //! The store's error type.
 
 use crate::executor::{ExecError, ExecErrorKind};
+use crate::task::{ErrorEnvelope, Task, TaskStatus};
 
 /// Result alias for store operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -90,7 +91,7 @@ pub enum Error {
         /// read could not run (a saturated pool, a lost connection), as the
         /// wait last read it in full. `None` when the read found no task
         /// (purged, or a key that names none) or no full read ever ran.
-        last: Option<Box<crate::task::Task>>,
+        last: Option<Box<Task>>,
     },
     /// [`Store::call`](crate::Store::call): the task ended `failed`.
     #[error("task {task_id} failed: {}", envelope_summary(.error))]
@@ -98,7 +99,7 @@ pub enum Error {
         /// The task.
         task_id: String,
         /// Its error envelope, when it has one.
-        error: Option<Box<crate::task::ErrorEnvelope>>,
+        error: Option<Box<ErrorEnvelope>>,
     },
     /// [`Store::call`](crate::Store::call): the task ended `canceled`.
     #[error("task {task_id} was canceled")]
@@ -120,7 +121,7 @@ pub enum Error {
         /// The task.
         task_id: String,
         /// How it ended.
-        status: crate::task::TaskStatus,
+        status: TaskStatus,
         /// `result` or `error`.
         column: String,
         /// Why serde_json could not hold it.
@@ -198,7 +199,7 @@ impl Error {
     }
 
     /// The task as a timed-out wait last saw it, for [`Error::TaskTimeout`].
-    pub fn last_snapshot(&self) -> Option<&crate::task::Task> {
+    pub fn last_snapshot(&self) -> Option<&Task> {
         match self {
             Error::TaskTimeout { last, .. } => last.as_deref(),
             _ => None,
@@ -265,14 +266,14 @@ impl Error {
     }
 }
 
-fn last_seen(last: &Option<Box<crate::task::Task>>) -> String {
+fn last_seen(last: &Option<Box<Task>>) -> String {
     match last {
         Some(task) => format!(" (last seen {}); it keeps running", task.status),
         None => String::new(),
     }
 }
 
-fn envelope_summary(error: &Option<Box<crate::task::ErrorEnvelope>>) -> String {
+fn envelope_summary(error: &Option<Box<ErrorEnvelope>>) -> String {
     match error {
         Some(e) if !e.code.is_empty() => format!("{} ({})", e.message, e.code),
         Some(e) => e.message.clone(),

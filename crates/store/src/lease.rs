@@ -17,7 +17,7 @@ use crate::task::{Task, TaskStatus};
 /// number, and only a worker id the later claim does not share keeps a
 /// write resent after a lost answer off it. waymark's worker therefore
 /// claims under an id of its own per claim ([`claim_id`]); a caller that
-/// claims through [`Store::claim`](crate::Store::claim) itself and may
+/// claims through [`WorkerProtocol::claim`](crate::worker_protocol::WorkerProtocol::claim) itself and may
 /// resend any owned write (a settlement whose answer was lost) should do
 /// the same: under one fixed id, a resent write lands on a later claim of
 /// the task by that id.
@@ -28,6 +28,14 @@ use crate::task::{Task, TaskStatus};
 /// assert_eq!(lease.task_id(), "task_01J0000000000000000000000A");
 /// assert_eq!(lease.worker_id(), "worker-1/1f");
 /// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    // Shared, not owned: a worker names its id in every lease it holds,
+    // and a lease is copied into each write made with it.
+    task_id: Arc<str>,
+    worker_id: Arc<str>,
+}
+
 /// A worker id for one claim: `worker_id`, `/`, and a number no other call
 /// of this process gives, from a random 64-bit start per process (so a
 /// worker id configured by hand and started again, or twice at once, does
@@ -46,14 +54,6 @@ pub fn claim_id(worker_id: &str) -> String {
     let next = NEXT.get_or_init(|| std::sync::atomic::AtomicU64::new(rand::random::<u64>()));
     let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("{worker_id}/{n:x}")
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Lease {
-    // Shared, not owned: a worker names its id in every lease it holds,
-    // and a lease is copied into each write made with it.
-    task_id: Arc<str>,
-    worker_id: Arc<str>,
 }
 
 impl Lease {

@@ -5,10 +5,10 @@ use std::collections::BTreeSet;
 
 use waymark_protocol::{migrations, Statement, PROTOCOL_VERSION};
 
+use crate::cells::{int8, opt_bool, opt_text, text};
 use crate::error::{Error, Result};
 use crate::executor::{Autocommit, ExecError, PgExecutor, PgSession, PgTransaction};
 use crate::statements::{run, run_opt};
-use crate::task::{int8, opt_bool, opt_text, text};
 use crate::value::Value;
 
 /// One migration file and whether the ledger records it.

@@ -12,11 +12,11 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::options::NewTask;
+use crate::new_task::NewTask;
 use crate::task::{Task, TaskStatus};
 
 /// Sees a store's operations, installed with
-/// [`Store::with_observer`](crate::Store::with_observer). A worker on that
+/// [`ConnectOptions::observer`](crate::ConnectOptions::observer). A worker on that
 /// store reports its runs to it too ([`Observer::run`]).
 pub trait Observer: Send + Sync + fmt::Debug + 'static {
     /// A submit (one task, or a batch) is about to write `tasks`; the

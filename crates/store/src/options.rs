@@ -1,224 +1,14 @@
-//! Arguments of store operations, as builders whose docs state the defaults.
+//! Arguments of the other operations (a claim, a failure, the filters of
+//! `list` and `purge`), as builders whose docs state the defaults, and
+//! the checks every operation shares.
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use serde_json::Value as Json;
 
 use crate::error::{Error, Result};
+use crate::fleet::FleetLimit;
 use crate::task::TaskStatus;
-
-/// What a keyed submit does when the key already names a task.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum Conflict {
-    /// Return the live (queued or running) task; a finished one frees the key.
-    #[default]
-    Reuse,
-    /// Like `Reuse`, and a succeeded task is returned as a cached result.
-    ReuseSucceeded,
-    /// Fail with `AlreadyExists` whatever the named task's state.
-    Reject,
-    /// Cancel the live task, if any, and submit a new one under the key.
-    Replace,
-}
-
-impl Conflict {
-    /// The protocol spelling: `reuse`, `reuse-succeeded`, `reject`, `replace`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Conflict::Reuse => "reuse",
-            Conflict::ReuseSucceeded => "reuse-succeeded",
-            Conflict::Reject => "reject",
-            Conflict::Replace => "replace",
-        }
-    }
-}
-
-impl fmt::Display for Conflict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Conflict {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        [Conflict::Reuse, Conflict::ReuseSucceeded, Conflict::Reject, Conflict::Replace]
-            .into_iter()
-            .find(|c| c.as_str() == s)
-            .ok_or_else(|| {
-                Error::invalid(format!(
-                    "unknown conflict strategy {s:?}: expected reuse, reuse-succeeded, reject or replace"
-                ))
-            })
-    }
-}
-
-/// A task to submit.
-///
-/// ```
-/// use waymark_store::{Conflict, NewTask};
-/// let task = NewTask::new("email.send", serde_json::json!({"to": "a@b.c"}))
-///     .queue("mail")
-///     .key("welcome:42")
-///     .conflict(Conflict::Reject)
-///     .max_attempts(5);
-/// assert_eq!(task.name, "email.send");
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewTask {
-    /// Handler name; must not be empty.
-    pub name: String,
-    /// Input: any JSON value, written and read back as it is.
-    pub payload: Json,
-    /// Deduplication key. Defaults to none.
-    pub key: Option<String>,
-    /// What to do when `key` is taken. Defaults to [`Conflict::Reuse`].
-    pub conflict: Conflict,
-    /// Queue. Defaults to `default`.
-    pub queue: String,
-    /// Runs allowed, at least 1. Defaults to 3.
-    pub max_attempts: i32,
-    /// Higher runs first. Defaults to 0.
-    pub priority: i32,
-    /// Any JSON value, written and read back as it is (as cairnq's SDKs
-    /// do); an object by convention. Defaults to `{}`.
-    pub metadata: Json,
-    /// Delay before the task is due, in whole milliseconds (rounded down).
-    /// Defaults to none.
-    pub delay: Duration,
-    /// The submitting task. Defaults to none.
-    pub parent_id: Option<String>,
-    /// The tree's root. Defaults to the task's own id.
-    pub root_id: Option<String>,
-    /// Caller's correlation id. Defaults to none.
-    pub correlation_id: Option<String>,
-}
-
-impl NewTask {
-    /// A task named `name` with `payload` and every default.
-    pub fn new(name: impl Into<String>, payload: Json) -> Self {
-        NewTask {
-            name: name.into(),
-            payload,
-            key: None,
-            conflict: Conflict::Reuse,
-            queue: "default".to_owned(),
-            max_attempts: 3,
-            priority: 0,
-            metadata: Json::Object(Default::default()),
-            delay: Duration::ZERO,
-            parent_id: None,
-            root_id: None,
-            correlation_id: None,
-        }
-    }
-
-    /// Sets the deduplication key.
-    pub fn key(mut self, key: impl Into<String>) -> Self {
-        self.key = Some(key.into());
-        self
-    }
-
-    /// Sets the conflict strategy for the key.
-    pub fn conflict(mut self, conflict: Conflict) -> Self {
-        self.conflict = conflict;
-        self
-    }
-
-    /// Sets the queue.
-    pub fn queue(mut self, queue: impl Into<String>) -> Self {
-        self.queue = queue.into();
-        self
-    }
-
-    /// Sets the number of runs allowed.
-    pub fn max_attempts(mut self, n: i32) -> Self {
-        self.max_attempts = n;
-        self
-    }
-
-    /// Sets the priority.
-    pub fn priority(mut self, p: i32) -> Self {
-        self.priority = p;
-        self
-    }
-
-    /// Sets the metadata: any JSON value, kept as it is.
-    pub fn metadata(mut self, metadata: Json) -> Self {
-        self.metadata = metadata;
-        self
-    }
-
-    /// Delays the task by `delay`.
-    pub fn delay(mut self, delay: Duration) -> Self {
-        self.delay = delay;
-        self
-    }
-
-    /// Sets the parent task.
-    pub fn parent_id(mut self, id: impl Into<String>) -> Self {
-        self.parent_id = Some(id.into());
-        self
-    }
-
-    /// Sets the root task.
-    pub fn root_id(mut self, id: impl Into<String>) -> Self {
-        self.root_id = Some(id.into());
-        self
-    }
-
-    /// Sets the correlation id.
-    pub fn correlation_id(mut self, id: impl Into<String>) -> Self {
-        self.correlation_id = Some(id.into());
-        self
-    }
-
-    pub(crate) fn validate(&self) -> Result<()> {
-        non_empty("task name", &self.name)?;
-        non_empty("queue", &self.queue)?;
-        if let Some(key) = &self.key {
-            non_empty("key", key)?;
-        }
-        let texts = [
-            ("task name", Some(&self.name)),
-            ("queue", Some(&self.queue)),
-            ("key", self.key.as_ref()),
-            ("parent_id", self.parent_id.as_ref()),
-            ("root_id", self.root_id.as_ref()),
-            ("correlation_id", self.correlation_id.as_ref()),
-        ];
-        for (what, text) in texts {
-            if text.is_some_and(|t| t.contains('\0')) {
-                return Err(Error::invalid(format!(
-                    "{what} holds a NUL character, which PostgreSQL text cannot"
-                )));
-            }
-        }
-        for (what, json) in [("payload", &self.payload), ("metadata", &self.metadata)] {
-            if holds_nul(json) {
-                return Err(Error::invalid(format!(
-                    "{what} holds a NUL character (\\u0000) in a string or a key, which PostgreSQL's jsonb cannot"
-                )));
-            }
-        }
-        if self.max_attempts < 1 {
-            return Err(Error::invalid(format!(
-                "max_attempts must be at least 1, got {}",
-                self.max_attempts
-            )));
-        }
-        if millis("delay", self.delay)? > MAX_DELAY_MS {
-            return Err(Error::invalid(format!(
-                "delay of {:?} is too long: at most 10,000 years",
-                self.delay
-            )));
-        }
-        Ok(())
-    }
-}
 
 /// One claim pass. Made with [`ClaimRequest::new`] and its setters, so a
 /// new setting is not a breaking change.
@@ -242,10 +32,10 @@ pub struct ClaimRequest {
     /// or a task was just queued) and recovers leases on its own schedule.
     /// Defaults to true.
     pub probe: bool,
-    /// A fleet-wide limit the claim keeps to (see [`FleetLimit`](crate::FleetLimit)): it
+    /// A fleet-wide limit the claim keeps to (see [`FleetLimit`]): it
     /// claims only tasks the limit covers, and only into its free slots.
     /// Defaults to `None`.
-    pub fleet_limit: Option<crate::FleetLimit>,
+    pub fleet_limit: Option<FleetLimit>,
 }
 
 impl ClaimRequest {
@@ -287,7 +77,7 @@ impl ClaimRequest {
     }
 
     /// Claims under a fleet-wide limit.
-    pub fn fleet_limit(mut self, limit: crate::FleetLimit) -> Self {
+    pub fn fleet_limit(mut self, limit: FleetLimit) -> Self {
         self.fleet_limit = Some(limit);
         self
     }
@@ -390,23 +180,6 @@ pub(crate) fn lease_millis(d: Duration) -> Result<i64> {
     match millis("lease", d)? {
         0 => Err(Error::invalid(format!("lease must be at least 1 ms, got {d:?}"))),
         ms => Ok(ms),
-    }
-}
-
-/// The longest delay a task may be submitted with: 10,000 years, so that
-/// its due time (now plus the delay, in ms) stays far inside bigint.
-const MAX_DELAY_MS: i64 = 10_000 * MS_PER_YEAR;
-
-/// Milliseconds in a year of 365.25 days.
-const MS_PER_YEAR: i64 = 31_557_600_000;
-
-/// Whether `json` holds a NUL character in a string or a key.
-fn holds_nul(json: &Json) -> bool {
-    match json {
-        Json::String(s) => s.contains('\0'),
-        Json::Array(items) => items.iter().any(holds_nul),
-        Json::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
-        _ => false,
     }
 }
 

@@ -1,8 +1,10 @@
-//! [`Store`]: every queue operation of protocol v1. This file holds the
-//! store itself (connect, migrate, settings) and the steps its operations
-//! share; each concern adds its own `impl` block: `submit`, `reads` (and
-//! admin), `claim` (and heartbeats), `settle`; waiting and watching are in
-//! `crate::wait`.
+//! [`Store`]: the application's operations of protocol v1, and the
+//! worker's (`WorkerProtocol`, implemented in `protocol.rs`). This file
+//! holds the store itself (made from its settings, connect, migrate, close)
+//! and the steps its operations share; each concern adds its own `impl`
+//! block: `submit` (and `admit`, its backpressure), `reads`, `admin`
+//! (cancel, retry, purge), `claim` (and `renew`), `settle`; waiting and
+//! watching are in `crate::wait`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,46 +18,46 @@ use crate::executor::{Autocommit, Lane, PgExecutor, PgSession, PgTransaction};
 use crate::lease::Lease;
 use crate::migrate::{self, MigrationReport, MigrationState, MigrationTimeouts};
 use crate::observe::Observer;
+use crate::settings::ConnectOptions;
 use crate::signals::Signals;
 use crate::statements::{run, run_opt, Binds};
 use crate::task::Task;
 use crate::value::Value;
 
+mod admin;
+mod admit;
 mod claim;
+mod protocol;
 mod reads;
 mod renew;
 mod settle;
 mod submit;
 
-pub use settle::{Settlement, MAX_SNOOZE};
-
-/// How [`Store::connect`] prepares the database.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ConnectOptions {
-    /// The schema the installation lives in. The executor must set
-    /// `search_path` to it on every connection; the schema guard checks that
-    /// it did. Defaults to none (the connection's current schema).
-    pub schema: Option<String>,
-    /// Skip migrating (the schema guard and version check still run).
-    /// Defaults to false.
-    pub skip_migrate: bool,
-}
-
-impl ConnectOptions {
-    /// Options for an installation in `schema`.
-    pub fn schema(schema: impl Into<String>) -> Self {
-        ConnectOptions { schema: Some(schema.into()), skip_migrate: false }
-    }
-}
-
-/// The queue, over any [`PgExecutor`].
+/// The queue, over any [`PgExecutor`]: the application's operations.
+/// The worker's (claims, lease renewals, settlements) are
+/// [`WorkerProtocol`]'s, implemented for every `Store`.
+///
+/// [`WorkerProtocol`]: crate::worker_protocol::WorkerProtocol
 ///
 /// Each operation runs in autocommit on the executor; the `*_in` forms run
-/// inside a transaction the caller opened with [`PgExecutor::begin`], so a
-/// submit commits with the caller's own writes, and so does a settlement.
+/// inside a transaction the caller opened with [`PgExecutor::begin`], so
+/// they commit with the caller's own writes, or not at all: submits
+/// ([`Store::submit_in`], [`Store::submit_batch_in`]), cancels and retries
+/// (also by key), purges, and the reads of one task ([`Store::get_in`],
+/// [`Store::get_by_key_in`]), which see the caller's uncommitted writes.
+/// Waits, calls, watches, lists, counts and sweeps have none: a wait or a
+/// sweep inside a transaction would hold it open while other sessions
+/// work, and the counts are an operator's view of committed rows.
+///
+/// Made by [`Store::connect`] (or [`Store::with_options`], without I/O)
+/// from [`ConnectOptions`], which holds every setting. Clones share the
+/// settings, the LISTEN streams, the backpressure grants and the closed
+/// flag.
 #[derive(Debug, Clone)]
 pub struct Store<E> {
     exec: E,
+    schema: Option<Arc<str>>,
+    migrate: bool,
     lock_timeout: String,
     migration_timeouts: MigrationTimeouts,
     pub(crate) signals: Arc<Signals>,
@@ -64,68 +66,134 @@ pub struct Store<E> {
     pub(crate) observer: Option<Arc<dyn Observer>>,
 }
 
-/// The default bound on a migration's wait for its locks.
-pub const DEFAULT_MIGRATION_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The default bound on one statement of a migration.
-pub const DEFAULT_MIGRATION_STATEMENT_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// The default bound on a lock wait inside a store transaction.
-pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+impl<E: PgExecutor> crate::worker_protocol::sealed::Sealed for Store<E> {}
 
 impl<E: PgExecutor> Store<E> {
-    /// A store over `exec`. No I/O: call [`Store::connect`] (or
-    /// [`Store::migrate`]) before first use on a new database.
+    /// A store over `exec` with every setting at its default
+    /// ([`ConnectOptions::new`]). No I/O: call [`Store::prepare`] (or
+    /// [`Store::migrate`]) before first use on a new database, or make the
+    /// store with [`Store::connect`], which does.
     pub fn new(exec: E) -> Self {
+        Store::from_checked(exec, ConnectOptions::new(), None)
+    }
+
+    /// A store over `exec` with `options`. No I/O (see [`Store::new`]);
+    /// [`Store::prepare`] runs the connect sequence with these options'
+    /// schema and migration settings. Bad settings (a depth limit below 1)
+    /// are refused here.
+    pub fn with_options(exec: E, options: ConnectOptions) -> Result<Self> {
+        let gate = match &options.backpressure {
+            Some(limits) => Some(Arc::new(Gate::new(limits.clone())?)),
+            None => None,
+        };
+        Ok(Store::from_checked(exec, options, gate))
+    }
+
+    fn from_checked(exec: E, options: ConnectOptions, gate: Option<Arc<Gate>>) -> Self {
+        let at_least_1ms = |d: Duration| format_ms(d.max(Duration::from_millis(1)));
         Store {
             exec,
-            lock_timeout: format_ms(DEFAULT_LOCK_TIMEOUT),
+            schema: options.schema.map(Arc::from),
+            migrate: options.migrate,
+            lock_timeout: at_least_1ms(options.lock_timeout),
             migration_timeouts: MigrationTimeouts {
-                lock: format_ms(DEFAULT_MIGRATION_LOCK_TIMEOUT),
-                statement: format_ms(DEFAULT_MIGRATION_STATEMENT_TIMEOUT),
+                lock: at_least_1ms(options.migration_lock_timeout),
+                statement: at_least_1ms(options.migration_statement_timeout),
             },
             signals: Arc::default(),
             life: Arc::default(),
-            gate: None,
-            observer: None,
+            gate,
+            observer: options.observer,
         }
     }
 
-    /// Reports this store's submits, claims and settlements, and the runs
-    /// of workers on it, to `observer` (see [`Observer`]; `waymark-otel`
-    /// makes OpenTelemetry metrics and spans of them). Clones made after
-    /// this share it.
-    pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
-        self.observer = Some(observer);
-        self
+    /// Makes a store over `exec` with `options` and runs the connect
+    /// sequence of protocol v1 ([`Store::prepare`]): create the schema if
+    /// one is asked for, the schema guard, migrations (unless
+    /// [`ConnectOptions::migrate`] is off), then the protocol version
+    /// check.
+    pub async fn connect(exec: E, options: ConnectOptions) -> Result<Self> {
+        let store = Store::with_options(exec, options)?;
+        store.prepare().await?;
+        // Step 5, LISTEN, starts with each channel's first user: the first
+        // watch (`cairnq_queued`), the first wait (`cairnq_done`).
+        Ok(store)
     }
 
-    /// The observer [`Store::with_observer`] installed, if any.
+    /// The connect sequence (see [`Store::connect`]) on this store, with
+    /// the schema and migration settings it was made with, reporting which
+    /// migrations it applied.
+    pub async fn prepare(&self) -> Result<MigrationReport> {
+        self.life.check()?;
+        if let Some(schema) = &self.schema {
+            migrate::create_schema(&self.exec, schema).await?;
+        }
+        migrate::guard_schema(&self.exec, self.schema.as_deref()).await?;
+        let report = if self.migrate {
+            migrate::migrate(&self.exec, &self.migration_timeouts).await?
+        } else {
+            MigrationReport::default()
+        };
+        migrate::check_protocol_version(&self.exec).await?;
+        Ok(report)
+    }
+
+    /// The observer [`ConnectOptions::observer`] installed, if any.
     pub fn observer(&self) -> Option<&Arc<dyn Observer>> {
         self.observer.as_ref()
     }
 
-    /// Bounds each migration: how long it may wait for the ledger lock (or
-    /// a lock on a table it alters), and how long one of its statements may
-    /// run. Past either, `migrate` fails with [`Error::MigrationTimeout`]
-    /// naming the migration, and commits nothing of it. Default 30 s and
-    /// 5 min. Both are transaction-local.
-    pub fn with_migration_timeouts(mut self, lock_wait: Duration, statement: Duration) -> Self {
-        self.migration_timeouts = MigrationTimeouts {
-            lock: format_ms(lock_wait.max(Duration::from_millis(1))),
-            statement: format_ms(statement.max(Duration::from_millis(1))),
-        };
-        self
+    /// The executor.
+    pub fn executor(&self) -> &E {
+        &self.exec
     }
 
-    /// Bounds each lock wait inside the store's transactions (a keyed
-    /// submit's key lock, a claim, a keyed cancel or retry): past it the
-    /// operation fails with [`Error::LockTimeout`] and commits nothing.
-    /// Defaults to 5 s. Set per transaction, so it never leaks to other users
-    /// of a connection.
-    pub fn with_lock_timeout(mut self, timeout: Duration) -> Self {
-        self.lock_timeout = format_ms(timeout.max(Duration::from_millis(1)));
-        self
+    /// The executor, handed back (the store never closes it): to close it
+    /// yourself, or to make a store over it with other settings
+    /// ([`Store::with_options`]).
+    pub fn into_executor(self) -> E {
+        self.exec
+    }
+
+    /// Applies pending migrations (see the ledger rules in PROTOCOL-V1),
+    /// each bounded by [`ConnectOptions::migration_lock_timeout`] and
+    /// [`ConnectOptions::migration_statement_timeout`].
+    pub async fn migrate(&self) -> Result<MigrationReport> {
+        self.life.check()?;
+        migrate::migrate(&self.exec, &self.migration_timeouts).await
+    }
+
+    /// Each embedded migration and whether it is applied; changes nothing.
+    pub async fn migration_status(&self) -> Result<Vec<MigrationState>> {
+        self.life.check()?;
+        migrate::status(&self.exec).await
+    }
+
+    /// Checks that the installation speaks protocol v1.
+    pub async fn check_protocol_version(&self) -> Result<()> {
+        self.life.check()?;
+        migrate::check_protocol_version(&self.exec).await
+    }
+
+    /// Closes the store: every later call of it (and of its clones) fails
+    /// with [`Error::StoreClosed`], its LISTEN streams are dropped (a pool's
+    /// listener hub is released with them), waits under way end with
+    /// [`Error::StoreClosed`] at their next read, and its [`Sweeper`]s stop.
+    /// Returns once no sweep is mid-purge. A call already running finishes
+    /// as it would have. The executor is not closed. Closing twice is a
+    /// no-op.
+    ///
+    /// [`Sweeper`]: crate::Sweeper
+    pub async fn close(&self) {
+        self.life.close();
+        // Waiters and watchers re-read now, and meet the closed store.
+        self.signals.wake_everyone();
+        self.life.sweeps_ended().await;
+    }
+
+    /// Whether [`Store::close`] was called on this store or a clone.
+    pub fn is_closed(&self) -> bool {
+        self.life.check().is_err()
     }
 
     /// The executor in autocommit, unless the store is closed.
@@ -150,57 +218,6 @@ impl<E: PgExecutor> Store<E> {
             return Err(e);
         }
         Ok(tx)
-    }
-
-    /// Runs the connect sequence of protocol v1 and returns the store:
-    /// create the schema if one is asked for, the schema guard, migrations,
-    /// then the protocol version check.
-    pub async fn connect(exec: E, options: ConnectOptions) -> Result<Self> {
-        let store = Store::new(exec);
-        store.prepare(&options).await?;
-        // Step 5, LISTEN, starts with each channel's first user: the first
-        // watch (`cairnq_queued`), the first wait (`cairnq_done`).
-        Ok(store)
-    }
-
-    /// The connect sequence on an existing store (see [`Store::connect`]),
-    /// reporting which migrations it applied.
-    pub async fn prepare(&self, options: &ConnectOptions) -> Result<MigrationReport> {
-        self.life.check()?;
-        if let Some(schema) = &options.schema {
-            migrate::create_schema(&self.exec, schema).await?;
-        }
-        migrate::guard_schema(&self.exec, options.schema.as_deref()).await?;
-        let report = if options.skip_migrate {
-            MigrationReport::default()
-        } else {
-            migrate::migrate(&self.exec, &self.migration_timeouts).await?
-        };
-        migrate::check_protocol_version(&self.exec).await?;
-        Ok(report)
-    }
-
-    /// The executor.
-    pub fn executor(&self) -> &E {
-        &self.exec
-    }
-
-    /// Applies pending migrations (see the ledger rules in PROTOCOL-V1).
-    pub async fn migrate(&self) -> Result<MigrationReport> {
-        self.life.check()?;
-        migrate::migrate(&self.exec, &self.migration_timeouts).await
-    }
-
-    /// Each embedded migration and whether it is applied; changes nothing.
-    pub async fn migration_status(&self) -> Result<Vec<MigrationState>> {
-        self.life.check()?;
-        migrate::status(&self.exec).await
-    }
-
-    /// Checks that the installation speaks protocol v1.
-    pub async fn check_protocol_version(&self) -> Result<()> {
-        self.life.check()?;
-        migrate::check_protocol_version(&self.exec).await
     }
 }
 

@@ -19,7 +19,7 @@ use tokio::sync::broadcast;
 
 use crate::error::{Error, Result};
 use crate::executor::PgExecutor;
-use crate::options::NewTask;
+use crate::new_task::NewTask;
 use crate::signals::{Channel, Signal};
 use crate::store::Store;
 use crate::task::{Task, TaskState, TaskStatus};

@@ -62,7 +62,7 @@ impl TestSchema {
     /// A store on the built-in pool, connected (migrated) in this schema.
     pub async fn pool_store(&self) -> Store<PgPool> {
         let pool = PgPool::builder(&self.url).max_size(4).schema(&self.schema).build().expect("pool");
-        Store::connect(pool, ConnectOptions::schema(&self.schema)).await.expect("connect")
+        Store::connect(pool, ConnectOptions::new().schema(&self.schema)).await.expect("connect")
     }
 
     /// Drops the schema and everything in it.

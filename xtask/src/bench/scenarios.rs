@@ -210,7 +210,10 @@ pub(super) async fn observed_drain(
 ) -> Result<Round, String> {
     let (_url, store) = fresh(server, "waymark_bench_drain").await?;
     let store = match observer {
-        Some(o) => Arc::new((*store).clone().with_observer(o)),
+        Some(o) => {
+            let options = ConnectOptions::new().observer(o);
+            Arc::new(Store::with_options(store.executor().clone(), options).map_err(|e| e.to_string())?)
+        }
         None => store,
     };
     backlog(&store, "bench", TASKS).await?;

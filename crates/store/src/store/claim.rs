@@ -3,8 +3,9 @@
 
 use waymark_protocol::Statement;
 
-use super::settle::fail;
+use super::settle::fail_owned;
 use super::{finish, owned, Store};
+use crate::cells::opt_bool;
 use crate::error::{Error, Result};
 use crate::executor::{Lane, PgExecutor, PgSession};
 use crate::lease::Lease;
@@ -15,41 +16,37 @@ use crate::task::{ErrorEnvelope, Task};
 
 mod limited;
 
-impl<E: PgExecutor> Store<E> {
-    /// One claim pass: a cheap probe outside any transaction; if it finds an
-    /// expired lease, one transaction that recovers expired leases and then
-    /// claims (so the pass that recovers a task has the first pick of it);
-    /// if it finds only due work, the claim statement alone in autocommit,
-    /// which skips locked rows and so never waits on a lock. With
-    /// [`ClaimRequest::probe`] off, the pass is that claim statement alone.
-    /// Rows come back in no particular order.
-    ///
-    /// A claimed task whose payload or metadata cannot be read
-    /// ([`Task::input_unreadable`]) is never handed out: it fails for good,
-    /// and the pass claims again in its place (up to `limit` more such rows,
-    /// within a quarter of the lease), so a short answer means the queues
-    /// ran dry, short of a run of unreadable rows longer than that.
-    ///
-    /// Under a [`ClaimRequest::fleet_limit`], the claim waits for its turn
-    /// [`FLEET_LIMIT_TURN_WAIT`](crate::FLEET_LIMIT_TURN_WAIT) at most:
-    /// past it (another claimer holds the turn that long), it fails with
-    /// [`Error::LockTimeout`], having claimed nothing, and may be tried
-    /// again at once.
-    pub async fn claim(&self, req: &ClaimRequest) -> Result<Vec<Task>> {
-        non_empty("worker_id", &req.worker_id)?;
-        lease_millis(req.lease)?;
-        if let Some(limit) = &req.fleet_limit {
-            limit.check()?;
-        }
-        if req.limit <= 0 || req.queues.is_empty() || req.names.as_ref().is_some_and(Vec::is_empty) {
-            return Ok(Vec::new());
-        }
-        let scope = observe::start(self.observer(), |o| o.claim(&req.queues));
-        let out = self.claim_observed(req).await;
-        observe::end(scope, out.as_deref());
-        out
+/// `WorkerProtocol::claim`.
+pub(super) async fn claim<E: PgExecutor>(store: &Store<E>, req: &ClaimRequest) -> Result<Vec<Task>> {
+    non_empty("worker_id", &req.worker_id)?;
+    lease_millis(req.lease)?;
+    if let Some(limit) = &req.fleet_limit {
+        limit.check()?;
     }
+    if req.limit <= 0 || req.queues.is_empty() || req.names.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(Vec::new());
+    }
+    let scope = observe::start(store.observer(), |o| o.claim(&req.queues));
+    let out = store.claim_observed(req).await;
+    observe::end(scope, out.as_deref());
+    out
+}
 
+/// `WorkerProtocol::progress`.
+pub(super) async fn progress<E: PgExecutor>(
+    store: &Store<E>,
+    lease: &Lease,
+    progress: Option<f64>,
+    message: Option<&str>,
+) -> Result<Task> {
+    if let Some(p) = progress.filter(|p| !(0.0..=1.0).contains(p)) {
+        return Err(Error::invalid(format!("progress must be within [0, 1], got {p}")));
+    }
+    let binds: Binds = vec![("progress", progress.into()), ("message", message.into())];
+    owned(&mut store.session()?, Statement::Progress, binds, lease).await
+}
+
+impl<E: PgExecutor> Store<E> {
     async fn claim_observed(&self, req: &ClaimRequest) -> Result<Vec<Task>> {
         let started = std::time::Instant::now();
         let mut claimed = self.claim_pass(req).await?;
@@ -93,8 +90,8 @@ impl<E: PgExecutor> Store<E> {
             let (due, expired) = match run_opt(&mut self.session()?, Statement::ClaimableProbe, binds).await?
             {
                 Some(mut row) => (
-                    crate::task::opt_bool(&mut row, "due")?.unwrap_or(false),
-                    crate::task::opt_bool(&mut row, "expired")?.unwrap_or(false),
+                    opt_bool(&mut row, "due")?.unwrap_or(false),
+                    opt_bool(&mut row, "expired")?.unwrap_or(false),
                 ),
                 None => (false, false),
             };
@@ -157,7 +154,7 @@ impl<E: PgExecutor> Store<E> {
             let failure = Failure::new(envelope.to_json()).retryable(false);
             tracing::warn!(task = %task.id, reason = %why, "claimed a task whose input cannot be read; failing it");
             let out = match (task.lease(), self.session()) {
-                (Ok(lease), Ok(mut session)) => fail(&mut session, &lease, &failure).await,
+                (Ok(lease), Ok(mut session)) => fail_owned(&mut session, &lease, &failure).await,
                 (Err(e), _) | (_, Err(e)) => Err(e),
             };
             match out {
@@ -168,20 +165,6 @@ impl<E: PgExecutor> Store<E> {
             }
         }
         (readable, failed)
-    }
-
-    /// Records progress (`[0, 1]`) and/or a message; `None` keeps a field.
-    pub async fn progress(
-        &self,
-        lease: &Lease,
-        progress: Option<f64>,
-        message: Option<&str>,
-    ) -> Result<Task> {
-        if let Some(p) = progress.filter(|p| !(0.0..=1.0).contains(p)) {
-            return Err(Error::invalid(format!("progress must be within [0, 1], got {p}")));
-        }
-        let binds: Binds = vec![("progress", progress.into()), ("message", message.into())];
-        owned(&mut self.session()?, Statement::Progress, binds, lease).await
     }
 }
 

@@ -1,21 +1,30 @@
-//! Reads and admin: get, list, stats, queue depth, cancel, retry, purge.
+//! Reads: one task (by id or key, whole or its status), lists, counts, the
+//! room in a queue, the database's clock.
 
 use std::collections::BTreeMap;
 
 use waymark_protocol::Statement;
 
-use super::submit::key_target;
-use super::{finish, task_opt, tasks, Store};
+use super::{task_opt, tasks, Store};
+use crate::cells::{int8, status, text};
 use crate::error::{Error, Result};
-use crate::executor::{Lane, PgExecutor, PgSession};
-use crate::options::{millis, non_empty, ListFilter, PurgeFilter};
+use crate::executor::{PgExecutor, PgSession};
+use crate::options::{non_empty, ListFilter};
 use crate::statements::{run, run_opt, Binds};
-use crate::task::{int8, status, text, StatusCounts, Task, TaskState, TaskStatus};
+use crate::task::{StatusCounts, Task, TaskState, TaskStatus};
 
 impl<E: PgExecutor> Store<E> {
     /// The task, or `None`.
     pub async fn get(&self, id: &str) -> Result<Option<Task>> {
-        task_opt(&mut self.session()?, Statement::Get, vec![("id", id.into())]).await
+        get(&mut self.session()?, id).await
+    }
+
+    /// [`Store::get`] inside the caller's transaction: it sees what the
+    /// transaction wrote and has not committed (a task [`Store::submit_in`]
+    /// made, a cancel [`Store::cancel_in`] made).
+    pub async fn get_in(&self, tx: &mut E::Transaction, id: &str) -> Result<Option<Task>> {
+        self.life.check()?;
+        get(tx, id).await
     }
 
     /// The task, or [`Error::NotFound`].
@@ -25,7 +34,14 @@ impl<E: PgExecutor> Store<E> {
 
     /// The task a key names, or `None`.
     pub async fn get_by_key(&self, key: &str) -> Result<Option<Task>> {
-        task_opt(&mut self.session()?, Statement::GetByKey, vec![("key", key.into())]).await
+        get_by_key(&mut self.session()?, key).await
+    }
+
+    /// [`Store::get_by_key`] inside the caller's transaction: it sees the
+    /// keys the transaction took and has not committed.
+    pub async fn get_by_key_in(&self, tx: &mut E::Transaction, key: &str) -> Result<Option<Task>> {
+        self.life.check()?;
+        get_by_key(tx, key).await
     }
 
     /// The id and status of a task, or `None`: the cheap probe.
@@ -103,102 +119,12 @@ impl<E: PgExecutor> Store<E> {
             None => Ok(max_depth),
         }
     }
-
-    // ----- cancel, retry, purge -----
-
-    /// Cancels a queued task at once, or asks a running one to stop. `None`
-    /// when the task is missing or already finished.
-    pub async fn cancel(&self, id: &str) -> Result<Option<Task>> {
-        cancel(&mut self.session()?, id).await
-    }
-
-    /// Cancels the task a key names (see [`Store::cancel`]).
-    pub async fn cancel_by_key(&self, key: &str) -> Result<Option<Task>> {
-        non_empty("key", key)?;
-        let mut tx = self.begin(Lane::Ordinary).await?;
-        let out = async {
-            match key_target(&mut tx, key).await? {
-                Some(id) => cancel(&mut tx, &id).await,
-                None => Ok(None),
-            }
-        }
-        .await;
-        finish(tx, out, "cancel_by_key").await
-    }
-
-    /// Puts a failed or canceled task back in the queue, due now. `None` when
-    /// the task is missing or in another status.
-    pub async fn retry(&self, id: &str, reset_attempt: bool) -> Result<Option<Task>> {
-        retry(&mut self.session()?, id, reset_attempt).await
-    }
-
-    /// Retries the task a key names (see [`Store::retry`]).
-    pub async fn retry_by_key(&self, key: &str, reset_attempt: bool) -> Result<Option<Task>> {
-        non_empty("key", key)?;
-        let mut tx = self.begin(Lane::Ordinary).await?;
-        let out = async {
-            match key_target(&mut tx, key).await? {
-                Some(id) => retry(&mut tx, &id, reset_attempt).await,
-                None => Ok(None),
-            }
-        }
-        .await;
-        finish(tx, out, "retry_by_key").await
-    }
-
-    /// Deletes up to `filter.limit` terminal tasks completed before the
-    /// cutoff, oldest first, and returns their ids. Their keys go with them.
-    pub async fn purge(&self, filter: &PurgeFilter) -> Result<Vec<String>> {
-        let older_than_ms = millis("purge older_than", filter.older_than)?;
-        if filter.limit < 1 {
-            return Err(Error::invalid(format!("purge limit must be at least 1, got {}", filter.limit)));
-        }
-        if let Some(st) = filter.status.filter(|st| !st.is_terminal()) {
-            return Err(Error::invalid(format!(
-                "purge status must be succeeded, failed or canceled, got {st}"
-            )));
-        }
-        let binds: Binds = vec![
-            ("queue", filter.queue.as_deref().into()),
-            ("status", filter.status.map(TaskStatus::as_str).into()),
-            ("name", filter.name.as_deref().into()),
-            ("older_than_ms", older_than_ms.into()),
-            ("limit", filter.limit.into()),
-        ];
-        run(&mut self.session()?, Statement::Purge, binds)
-            .await?
-            .into_iter()
-            .map(|mut row| text(&mut row, "id"))
-            .collect()
-    }
-
-    /// How many tasks [`Store::purge`] would delete with `filter`, however
-    /// many batches that takes (`filter.limit` is not read): a count to show
-    /// before deleting (a waymark addition, `purge_count.sql`).
-    pub async fn purge_count(&self, filter: &PurgeFilter) -> Result<i64> {
-        let older_than_ms = millis("purge older_than", filter.older_than)?;
-        if let Some(st) = filter.status.filter(|st| !st.is_terminal()) {
-            return Err(Error::invalid(format!(
-                "purge status must be succeeded, failed or canceled, got {st}"
-            )));
-        }
-        let binds: Binds = vec![
-            ("queue", filter.queue.as_deref().into()),
-            ("status", filter.status.map(TaskStatus::as_str).into()),
-            ("name", filter.name.as_deref().into()),
-            ("older_than_ms", older_than_ms.into()),
-        ];
-        let mut row = run_opt(&mut self.session()?, Statement::PurgeCount, binds)
-            .await?
-            .ok_or_else(|| Error::Internal("the purge count answered no row".to_owned()))?;
-        int8(&mut row, "count")
-    }
 }
 
-pub(super) async fn cancel<S: PgSession + ?Sized>(s: &mut S, id: &str) -> Result<Option<Task>> {
-    task_opt(s, Statement::Cancel, vec![("id", id.into())]).await
+async fn get<S: PgSession + ?Sized>(s: &mut S, id: &str) -> Result<Option<Task>> {
+    task_opt(s, Statement::Get, vec![("id", id.into())]).await
 }
 
-async fn retry<S: PgSession + ?Sized>(s: &mut S, id: &str, reset_attempt: bool) -> Result<Option<Task>> {
-    task_opt(s, Statement::Retry, vec![("reset_attempt", reset_attempt.into()), ("id", id.into())]).await
+async fn get_by_key<S: PgSession + ?Sized>(s: &mut S, key: &str) -> Result<Option<Task>> {
+    task_opt(s, Statement::GetByKey, vec![("key", key.into())]).await
 }

@@ -8,163 +8,151 @@ use std::time::{Duration, Instant};
 use waymark_protocol::Statement;
 
 use super::{finish, format_ms, owned, Store};
+use crate::cells::{opt_bool, opt_int8, text};
 use crate::error::{Error, Result};
 use crate::executor::{Lane, PgExecutor};
 use crate::lease::Lease;
 use crate::options::{lease_millis, non_empty};
 use crate::statements::{run, Binds};
-use crate::task::{opt_bool, opt_int8, text, Beat, Renewal, Task};
+use crate::task::{Beat, Renewal, Task};
 use crate::value::Value;
 
-impl<E: PgExecutor> Store<E> {
-    /// Extends a lease; [`Error::LostLease`] if the worker no longer holds it.
-    pub async fn heartbeat(&self, lease: &Lease, length: Duration) -> Result<Task> {
-        let binds: Binds = vec![("lease_ms", lease_millis(length)?.into())];
-        owned(&mut self.session()?, Statement::Heartbeat, binds, lease).await
-    }
+/// `WorkerProtocol::heartbeat`.
+pub(super) async fn heartbeat<E: PgExecutor>(
+    store: &Store<E>,
+    lease: &Lease,
+    length: Duration,
+) -> Result<Task> {
+    let binds: Binds = vec![("lease_ms", lease_millis(length)?.into())];
+    owned(&mut store.session()?, Statement::Heartbeat, binds, lease).await
+}
 
-    /// Extends every lease in `ids` at once. Returns the tasks still owned,
-    /// in the order of `ids`; a missing id is a lost lease.
-    pub async fn heartbeat_batch(
-        &self,
-        ids: &[String],
-        worker_id: &str,
-        length: Duration,
-    ) -> Result<Vec<Beat>> {
-        non_empty("worker_id", worker_id)?;
-        let lease_ms = lease_millis(length)?;
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let binds = beat_binds(ids, worker_id, lease_ms);
-        let mut beats: Vec<Beat> = run(&mut self.session()?, Statement::HeartbeatBatch, binds)
-            .await?
-            .into_iter()
-            .map(beat)
-            .collect::<Result<_>>()?;
-        let position = positions(ids);
-        beats.sort_by_key(|b| position.get(b.id.as_str()).copied());
-        Ok(beats)
+/// `WorkerProtocol::heartbeat_batch`.
+pub(super) async fn heartbeat_batch<E: PgExecutor>(
+    store: &Store<E>,
+    ids: &[String],
+    worker_id: &str,
+    length: Duration,
+) -> Result<Vec<Beat>> {
+    non_empty("worker_id", worker_id)?;
+    let lease_ms = lease_millis(length)?;
+    if ids.is_empty() {
+        return Ok(Vec::new());
     }
+    let binds = beat_binds(ids, worker_id, lease_ms);
+    let mut beats: Vec<Beat> = run(&mut store.session()?, Statement::HeartbeatBatch, binds)
+        .await?
+        .into_iter()
+        .map(beat)
+        .collect::<Result<_>>()?;
+    let position = positions(ids);
+    beats.sort_by_key(|b| position.get(b.id.as_str()).copied());
+    Ok(beats)
+}
 
-    /// Extends every lease in `leases` (each checked against its own
-    /// worker id: a worker's claims may each hold an id of their own, see
-    /// [`Lease`]), as [`Store::heartbeat_batch`] does, without letting a
-    /// locked row hold back the others. One statement
-    /// renews every owned row it can lock at once and skips the rows another
-    /// transaction holds; those alone are then renewed in one statement
-    /// waiting up to 100 ms for each lock (about 200 ms in all), and if
-    /// that times out, one by one, in the order of `ids`, each waiting up to
-    /// 100 ms, then those still locked each with an equal share of what is
-    /// left of `wait` (all of them together take about `wait` at most, and
-    /// at least the first statement's 200 ms; keep it under the executor's
-    /// query timeout). A row still locked then, whose renewal failed, or
-    /// not tried after an earlier one failed, is reported
-    /// [`Renewal::held`], not lost: a later call renews it, and if its
-    /// lease runs out first the row drops out of the owned set as any lost
-    /// lease does. Both lists keep the order of `ids`; an id in neither has
-    /// lost its lease.
-    ///
-    /// `heartbeat_batch` waits for every lock in its one statement: a
-    /// transaction holding one task's row for long (an operator's update, a
-    /// handler that locked its own row) keeps every lease in the batch from
-    /// renewal meanwhile.
-    pub async fn renew_leases(&self, leases: &[Lease], length: Duration, wait: Duration) -> Result<Renewal> {
-        let lease_ms = lease_millis(length)?;
-        if leases.is_empty() {
-            return Ok(Renewal::default());
+/// `WorkerProtocol::renew_leases`.
+pub(super) async fn renew_leases<E: PgExecutor>(
+    store: &Store<E>,
+    leases: &[Lease],
+    length: Duration,
+    wait: Duration,
+) -> Result<Renewal> {
+    let lease_ms = lease_millis(length)?;
+    if leases.is_empty() {
+        return Ok(Renewal::default());
+    }
+    let mut ids = Vec::with_capacity(leases.len());
+    let mut owner: HashMap<&str, &str> = HashMap::with_capacity(leases.len());
+    for lease in leases {
+        lease.check()?;
+        if owner.insert(lease.task_id(), lease.worker_id()).is_some() {
+            return Err(Error::invalid(format!(
+                "renew_leases names task {} twice: one lease per task (its answer is by task id)",
+                lease.task_id()
+            )));
         }
-        let mut ids = Vec::with_capacity(leases.len());
-        let mut owner: HashMap<&str, &str> = HashMap::with_capacity(leases.len());
-        for lease in leases {
-            lease.check()?;
-            if owner.insert(lease.task_id(), lease.worker_id()).is_some() {
-                return Err(Error::invalid(format!(
-                    "renew_leases names task {} twice: one lease per task (its answer is by task id)",
-                    lease.task_id()
-                )));
+        ids.push(lease.task_id().to_owned());
+    }
+    let owners_of = |ids: &[String]| -> Vec<String> {
+        ids.iter().map(|id| owner.get(id.as_str()).copied().unwrap_or_default().to_owned()).collect()
+    };
+    let binds = owned_beat_binds(ids.clone(), owners_of(&ids), lease_ms);
+    let mut renewal = Renewal::default();
+    let mut owned = Vec::new();
+    for mut row in run(&mut store.session()?, Statement::HeartbeatBatchSkipLocked, binds).await? {
+        let renewed = opt_bool(&mut row, "renewed")? == Some(true);
+        let beat = beat(row)?;
+        if renewed {
+            renewal.renewed.push(beat);
+        } else {
+            owned.push(beat);
+        }
+    }
+    let done: std::collections::HashSet<&str> = renewal.renewed.iter().map(|b| b.id.as_str()).collect();
+    let mut held: Vec<Beat> = owned.into_iter().filter(|b| !done.contains(b.id.as_str())).collect();
+    let position = positions(&ids);
+    if !held.is_empty() {
+        held.sort_by_key(|b| position.get(b.id.as_str()).copied());
+        // Bounded so that any `wait` fits PostgreSQL's timeouts.
+        let deadline = Instant::now() + wait.min(Duration::from_secs(3600));
+        // All of them first, in one statement with a short wait: the
+        // usual holder is the worker's own settlement batch, which
+        // commits within milliseconds and holds hundreds of rows, too
+        // many for a transaction each.
+        let all: Vec<String> = held.iter().map(|b| b.id.clone()).collect();
+        let mut stopped = false;
+        let owners = owners_of(&all);
+        match store.renew_waiting(all, owners, lease_ms, wait.min(SHORT_RENEWAL_WAIT)).await {
+            Ok(beats) => {
+                renewal.renewed.extend(beats); // the rest were lost meanwhile
+                held.clear();
             }
-            ids.push(lease.task_id().to_owned());
-        }
-        let owners_of = |ids: &[String]| -> Vec<String> {
-            ids.iter().map(|id| owner.get(id.as_str()).copied().unwrap_or_default().to_owned()).collect()
-        };
-        let binds = owned_beat_binds(ids.clone(), owners_of(&ids), lease_ms);
-        let mut renewal = Renewal::default();
-        let mut owned = Vec::new();
-        for mut row in run(&mut self.session()?, Statement::HeartbeatBatchSkipLocked, binds).await? {
-            let renewed = opt_bool(&mut row, "renewed")? == Some(true);
-            let beat = beat(row)?;
-            if renewed {
-                renewal.renewed.push(beat);
-            } else {
-                owned.push(beat);
+            // A deadlock with another transaction's locks is as passing.
+            Err(e) if waited_too_long(&e) || e.sqlstate() == Some("40P01") => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "renewing the leases whose rows were held failed");
+                stopped = true;
             }
         }
-        let done: std::collections::HashSet<&str> = renewal.renewed.iter().map(|b| b.id.as_str()).collect();
-        let mut held: Vec<Beat> = owned.into_iter().filter(|b| !done.contains(b.id.as_str())).collect();
-        let position = positions(&ids);
-        if !held.is_empty() {
-            held.sort_by_key(|b| position.get(b.id.as_str()).copied());
-            // Bounded so that any `wait` fits PostgreSQL's timeouts.
-            let deadline = Instant::now() + wait.min(Duration::from_secs(3600));
-            // All of them first, in one statement with a short wait: the
-            // usual holder is the worker's own settlement batch, which
-            // commits within milliseconds and holds hundreds of rows, too
-            // many for a transaction each.
-            let all: Vec<String> = held.iter().map(|b| b.id.clone()).collect();
-            let mut stopped = false;
-            let owners = owners_of(&all);
-            match self.renew_waiting(all, owners, lease_ms, wait.min(SHORT_RENEWAL_WAIT)).await {
-                Ok(beats) => {
-                    renewal.renewed.extend(beats); // the rest were lost meanwhile
-                    held.clear();
+        // Then one row per transaction, so a row still locked at its
+        // bound costs only itself. First a short wait for each (the lock
+        // of a settlement or a progress write lasts about a commit),
+        // then an equal share of what is left for each still held, so
+        // one row locked for long cannot spend the others' wait.
+        for short in [true, false] {
+            let rows = std::mem::take(&mut held);
+            let count = rows.len();
+            for (i, was) in rows.into_iter().enumerate() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if stopped || left.is_zero() {
+                    renewal.held.push(was);
+                    continue;
                 }
-                // A deadlock with another transaction's locks is as passing.
-                Err(e) if waited_too_long(&e) || e.sqlstate() == Some("40P01") => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "renewing the leases whose rows were held failed");
-                    stopped = true;
-                }
-            }
-            // Then one row per transaction, so a row still locked at its
-            // bound costs only itself. First a short wait for each (the lock
-            // of a settlement or a progress write lasts about a commit),
-            // then an equal share of what is left for each still held, so
-            // one row locked for long cannot spend the others' wait.
-            for short in [true, false] {
-                let rows = std::mem::take(&mut held);
-                let count = rows.len();
-                for (i, was) in rows.into_iter().enumerate() {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if stopped || left.is_zero() {
+                let share = left / u32::try_from(count - i).unwrap_or(u32::MAX);
+                let bound = if short { share.min(SHORT_RENEWAL_WAIT) } else { share };
+                let one = vec![was.id.clone()];
+                let owners = owners_of(&one);
+                match store.renew_waiting(one, owners, lease_ms, bound).await {
+                    Ok(beats) => renewal.renewed.extend(beats), // none: lost meanwhile
+                    Err(e) if waited_too_long(&e) => held.push(was),
+                    Err(e) => {
+                        // Still owned as far as anyone knows; the next
+                        // call tries again. The renewals made stand.
+                        tracing::warn!(task = %was.id, error = %e, "renewing a lease whose row was held failed");
                         renewal.held.push(was);
-                        continue;
-                    }
-                    let share = left / u32::try_from(count - i).unwrap_or(u32::MAX);
-                    let bound = if short { share.min(SHORT_RENEWAL_WAIT) } else { share };
-                    let one = vec![was.id.clone()];
-                    let owners = owners_of(&one);
-                    match self.renew_waiting(one, owners, lease_ms, bound).await {
-                        Ok(beats) => renewal.renewed.extend(beats), // none: lost meanwhile
-                        Err(e) if waited_too_long(&e) => held.push(was),
-                        Err(e) => {
-                            // Still owned as far as anyone knows; the next
-                            // call tries again. The renewals made stand.
-                            tracing::warn!(task = %was.id, error = %e, "renewing a lease whose row was held failed");
-                            renewal.held.push(was);
-                            stopped = true;
-                        }
+                        stopped = true;
                     }
                 }
             }
-            renewal.held.append(&mut held);
         }
-        renewal.renewed.sort_by_key(|b| position.get(b.id.as_str()).copied());
-        renewal.held.sort_by_key(|b| position.get(b.id.as_str()).copied());
-        Ok(renewal)
+        renewal.held.append(&mut held);
     }
+    renewal.renewed.sort_by_key(|b| position.get(b.id.as_str()).copied());
+    renewal.held.sort_by_key(|b| position.get(b.id.as_str()).copied());
+    Ok(renewal)
+}
 
+impl<E: PgExecutor> Store<E> {
     /// `heartbeat_batch` of `ids`, each owned by its element of `owners`,
     /// in a transaction whose lock waits end after `wait`: the beats of
     /// those still owned.
@@ -224,7 +212,7 @@ fn owned_beat_binds(ids: Vec<String>, owners: Vec<String>, lease_ms: i64) -> Bin
     ]
 }
 
-/// How long [`Store::renew_leases`] first waits for each held row's lock.
+/// How long `renew_leases` first waits for each held row's lock.
 const SHORT_RENEWAL_WAIT: Duration = Duration::from_millis(100);
 
 /// A lease renewal's row: the task and its cancel request.

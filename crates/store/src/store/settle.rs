@@ -1,90 +1,91 @@
-//! Settlement: complete, fail and release, one by one or in a batch.
+//! Settlement: complete, fail and release, one by one or in a batch
+//! (the bodies of `WorkerProtocol`'s settlements; see its docs).
 
 use serde_json::Value as Json;
 use waymark_protocol::Statement;
 
 use super::{finish, owned, Store};
+use crate::cells::text_array;
 use crate::error::{Error, Result};
 use crate::executor::{Lane, PgExecutor, PgSession};
 use crate::lease::Lease;
 use crate::observe;
 use crate::options::{millis, Failure};
 use crate::statements::{run, run_opt, Binds};
-use crate::task::{text_array, Settled, Task, TaskStatus};
+use crate::task::{Settled, Task, TaskStatus};
 use crate::value::Value;
+use crate::worker_protocol::{Settlement, MAX_SNOOZE};
 
-impl<E: PgExecutor> Store<E> {
-    /// Marks an owned task succeeded with `result` (a requested cancel does
-    /// not win here; workers settle with [`Store::complete`]).
-    pub async fn succeed(&self, lease: &Lease, result: Json, message: Option<&str>) -> Result<Task> {
-        let binds: Binds = vec![("result", result.into()), ("message", message.into())];
-        self.observed_settle(1, async { owned(&mut self.session()?, Statement::Succeed, binds, lease).await })
-            .await
-    }
+/// `WorkerProtocol::succeed`.
+pub(super) async fn succeed<E: PgExecutor>(
+    store: &Store<E>,
+    lease: &Lease,
+    result: Json,
+    message: Option<&str>,
+) -> Result<Task> {
+    let binds: Binds = vec![("result", result.into()), ("message", message.into())];
+    store
+        .observed_settle(1, async { owned(&mut store.session()?, Statement::Succeed, binds, lease).await })
+        .await
+}
 
-    /// Settles an owned task: canceled if a cancel was requested, else
-    /// succeeded with `result`.
-    pub async fn complete(&self, lease: &Lease, result: Json) -> Result<Task> {
-        self.observed_settle(1, async { complete(&mut self.session()?, lease, result).await }).await
-    }
+/// `WorkerProtocol::complete`.
+pub(super) async fn complete<E: PgExecutor>(store: &Store<E>, lease: &Lease, result: Json) -> Result<Task> {
+    store.observed_settle(1, async { complete_owned(&mut store.session()?, lease, result).await }).await
+}
 
-    /// [`Store::complete`] inside the caller's transaction: the settlement
-    /// commits with the caller's other writes, or neither does. A lost lease
-    /// is reported before the caller commits.
-    pub async fn complete_in(&self, tx: &mut E::Transaction, lease: &Lease, result: Json) -> Result<Task> {
-        self.observed_settle(1, async {
-            self.life.check()?;
-            complete(tx, lease, result).await
+/// `WorkerProtocol::complete_in`.
+pub(super) async fn complete_in<E: PgExecutor>(
+    store: &Store<E>,
+    tx: &mut E::Transaction,
+    lease: &Lease,
+    result: Json,
+) -> Result<Task> {
+    store
+        .observed_settle(1, async {
+            store.life.check()?;
+            complete_owned(tx, lease, result).await
         })
         .await
-    }
+}
 
-    /// Records a failure: canceled if a cancel was requested; queued again
-    /// after its delay if retryable with attempts left; else failed.
-    pub async fn fail(&self, lease: &Lease, failure: &Failure) -> Result<Task> {
-        self.observed_settle(1, async { fail(&mut self.session()?, lease, failure).await }).await
-    }
+/// `WorkerProtocol::fail`.
+pub(super) async fn fail<E: PgExecutor>(store: &Store<E>, lease: &Lease, failure: &Failure) -> Result<Task> {
+    store.observed_settle(1, async { fail_owned(&mut store.session()?, lease, failure).await }).await
+}
 
-    /// Gives an owned task back (at shutdown): queued and due now, its
-    /// attempt not spent; canceled instead if a cancel was requested.
-    /// A waymark addition to the protocol (`release.sql`).
-    pub async fn release(&self, lease: &Lease) -> Result<Task> {
-        release(&mut self.session()?, lease, std::time::Duration::ZERO).await
-    }
+/// `WorkerProtocol::release`.
+pub(super) async fn release<E: PgExecutor>(store: &Store<E>, lease: &Lease) -> Result<Task> {
+    release_owned(&mut store.session()?, lease, std::time::Duration::ZERO).await
+}
 
-    /// Snoozes an owned task: queued again, due after `delay`, its attempt
-    /// not spent and its error left as it was (a handler's "not yet");
-    /// canceled instead if a cancel was requested. The same statement as
-    /// [`Store::release`] (`release.sql`), with a delay.
-    pub async fn snooze(&self, lease: &Lease, delay: std::time::Duration) -> Result<Task> {
-        self.observed_settle(1, async { release(&mut self.session()?, lease, delay).await }).await
-    }
+/// `WorkerProtocol::snooze`.
+pub(super) async fn snooze<E: PgExecutor>(
+    store: &Store<E>,
+    lease: &Lease,
+    delay: std::time::Duration,
+) -> Result<Task> {
+    store.observed_settle(1, async { release_owned(&mut store.session()?, lease, delay).await }).await
+}
 
-    /// Makes one settlement on its own, as [`Store::complete`],
-    /// [`Store::fail`] or [`Store::snooze`].
-    pub async fn settle(&self, settlement: &Settlement) -> Result<Task> {
-        match settlement {
-            Settlement::Complete { lease, result } => self.complete(lease, result.clone()).await,
-            Settlement::Fail { lease, failure } => self.fail(lease, failure).await,
-            Settlement::Snooze { lease, delay } => self.snooze(lease, *delay).await,
-        }
+/// `WorkerProtocol::settle`.
+pub(super) async fn settle<E: PgExecutor>(store: &Store<E>, settlement: &Settlement) -> Result<Task> {
+    match settlement {
+        Settlement::Complete { lease, result } => complete(store, lease, result.clone()).await,
+        Settlement::Fail { lease, failure } => fail(store, lease, failure).await,
+        Settlement::Snooze { lease, delay } => snooze(store, lease, *delay).await,
     }
+}
 
-    /// Settles several owned tasks with one commit for all: each settlement
-    /// is still ownership-checked and answered on its own (a lost lease
-    /// fails only that one). `Err` means the batch failed as a whole: it did
-    /// not commit, or its answer was lost or unreadable, so none of them is
-    /// known to have committed (a settlement made again then finds its task
-    /// settled and answers a lost lease; the rows are right either way).
-    ///
-    /// The completes go in one `complete_batch` statement, each row checked
-    /// against its own lease; failures and snoozes run one statement each.
-    /// When that makes one statement (the usual case: completes only), it
-    /// runs in autocommit, with no transaction around it.
-    pub async fn settle_batch(&self, items: &[Settlement]) -> Result<Vec<Result<Settled>>> {
-        self.observed_settle(items.len(), self.settle_planned(items)).await
-    }
+/// `WorkerProtocol::settle_batch`.
+pub(super) async fn settle_batch<E: PgExecutor>(
+    store: &Store<E>,
+    items: &[Settlement],
+) -> Result<Vec<Result<Settled>>> {
+    store.observed_settle(items.len(), store.settle_planned(items)).await
+}
 
+impl<E: PgExecutor> Store<E> {
     async fn settle_planned(&self, items: &[Settlement]) -> Result<Vec<Result<Settled>>> {
         let plan = SettlePlan::new(items)?;
         if plan.statements() <= 1 {
@@ -115,48 +116,6 @@ impl<E: PgExecutor> Store<E> {
         let out = write.await;
         observe::end(scope, out.as_ref().map(|_| &()));
         out
-    }
-}
-
-/// One settlement of [`Store::settle_batch`].
-#[derive(Debug, Clone)]
-pub enum Settlement {
-    /// As [`Store::complete`].
-    Complete {
-        /// The task's lease.
-        lease: Lease,
-        /// The handler's result.
-        result: Json,
-    },
-    /// As [`Store::fail`].
-    Fail {
-        /// The task's lease.
-        lease: Lease,
-        /// The failure.
-        failure: Failure,
-    },
-    /// As [`Store::snooze`].
-    Snooze {
-        /// The task's lease.
-        lease: Lease,
-        /// How long until the task is due again.
-        delay: std::time::Duration,
-    },
-}
-
-impl Settlement {
-    /// The task this settlement is for.
-    pub fn task_id(&self) -> &str {
-        self.lease().task_id()
-    }
-
-    /// The lease it settles.
-    pub fn lease(&self) -> &Lease {
-        match self {
-            Settlement::Complete { lease, .. }
-            | Settlement::Fail { lease, .. }
-            | Settlement::Snooze { lease, .. } => lease,
-        }
     }
 }
 
@@ -260,9 +219,9 @@ async fn settle_all<S: PgSession + ?Sized>(
     }
     for &i in &plan.singles {
         let out = match &items[i] {
-            Settlement::Complete { lease, result } => complete(s, lease, result.clone()).await,
-            Settlement::Fail { lease, failure } => fail(s, lease, failure).await,
-            Settlement::Snooze { lease, delay } => release(s, lease, *delay).await,
+            Settlement::Complete { lease, result } => complete_owned(s, lease, result.clone()).await,
+            Settlement::Fail { lease, failure } => fail_owned(s, lease, failure).await,
+            Settlement::Snooze { lease, delay } => release_owned(s, lease, *delay).await,
         };
         // A lost lease or a bad argument answers that one settlement; any
         // other error has aborted the transaction.
@@ -276,7 +235,11 @@ async fn settle_all<S: PgSession + ?Sized>(
     Ok(outcomes.into_iter().map(|o| o.expect("every settlement answered")).collect())
 }
 
-pub(super) async fn fail<S: PgSession + ?Sized>(s: &mut S, lease: &Lease, failure: &Failure) -> Result<Task> {
+pub(super) async fn fail_owned<S: PgSession + ?Sized>(
+    s: &mut S,
+    lease: &Lease,
+    failure: &Failure,
+) -> Result<Task> {
     let binds: Binds = vec![
         ("retryable", failure.retryable.into()),
         ("error", failure.error.clone().into()),
@@ -285,11 +248,7 @@ pub(super) async fn fail<S: PgSession + ?Sized>(s: &mut S, lease: &Lease, failur
     owned(s, Statement::Fail, binds, lease).await
 }
 
-/// The longest snooze: a delay past it would overflow the due time's
-/// milliseconds in the statement, and no real "not yet" is that long.
-pub const MAX_SNOOZE: std::time::Duration = std::time::Duration::from_secs(10 * 365 * 24 * 3600);
-
-async fn release<S: PgSession + ?Sized>(
+async fn release_owned<S: PgSession + ?Sized>(
     s: &mut S,
     lease: &Lease,
     delay: std::time::Duration,
@@ -301,6 +260,6 @@ async fn release<S: PgSession + ?Sized>(
     owned(s, Statement::Release, binds, lease).await
 }
 
-async fn complete<S: PgSession + ?Sized>(s: &mut S, lease: &Lease, result: Json) -> Result<Task> {
+async fn complete_owned<S: PgSession + ?Sized>(s: &mut S, lease: &Lease, result: Json) -> Result<Task> {
     owned(s, Statement::Complete, vec![("result", result.into())], lease).await
 }

@@ -3,15 +3,17 @@
 use serde_json::Value as Json;
 use waymark_protocol::Statement;
 
-use super::reads::cancel;
+use super::admin::cancel;
 use super::{finish, task_opt, Store};
+use crate::cells::{int8, opt_text};
 use crate::error::{Error, Result};
 use crate::executor::{Lane, PgExecutor, PgSession};
 use crate::id::new_task_id;
+use crate::new_task::{Conflict, NewTask};
 use crate::observe;
-use crate::options::{millis, Conflict, NewTask};
+use crate::options::millis;
 use crate::statements::{run, run_opt, Binds};
-use crate::task::{int8, opt_text, Task, TaskStatus};
+use crate::task::{Task, TaskStatus};
 use crate::value::Value;
 
 impl<E: PgExecutor> Store<E> {

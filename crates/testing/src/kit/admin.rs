@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use serde_json::json;
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{Conflict, Lease, NewTask, PgExecutor, PurgeFilter, Store, TaskStatus};
 
 use super::{claim, raw};

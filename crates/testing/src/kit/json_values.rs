@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value as Json};
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{ListFilter, NewTask, PgExecutor, Settlement, Store, TaskStatus};
 
 use super::{claim, raw};

@@ -10,7 +10,7 @@
 //!
 //! async fn make(schema: &waymark_testing::TestSchema) -> Store<PgPool> {
 //!     let exec = PgPool::builder(&schema.url).schema(&schema.schema).build().expect("executor");
-//!     Store::connect(exec, ConnectOptions::schema(&schema.schema)).await.expect("connect")
+//!     Store::connect(exec, ConnectOptions::new().schema(&schema.schema)).await.expect("connect")
 //! }
 //!
 //! waymark_testing::store_contract!(make);
@@ -31,6 +31,7 @@ mod claim;
 mod json_values;
 mod settle;
 mod submit;
+mod twins;
 mod unreadable;
 
 pub use admin::*;
@@ -38,6 +39,7 @@ pub use claim::*;
 pub use json_values::*;
 pub use settle::*;
 pub use submit::*;
+pub use twins::*;
 pub use unreadable::*;
 
 /// Expands to one test per contract case for the executor `make` builds.
@@ -51,6 +53,12 @@ macro_rules! store_contract {
             submit_defaults_and_reads,
             bad_arguments_are_refused_with_a_clear_error,
             submit_in_commits_and_rolls_back_with_the_caller,
+            cancel_in_commits_and_rolls_back_with_the_caller,
+            cancel_by_key_in_commits_and_rolls_back_with_the_caller,
+            retry_in_commits_and_rolls_back_with_the_caller,
+            retry_by_key_in_commits_and_rolls_back_with_the_caller,
+            purge_in_commits_and_rolls_back_with_the_caller,
+            get_in_sees_the_callers_uncommitted_writes,
             complete_in_commits_with_the_callers_writes,
             keyed_submit_strategies,
             concurrent_keyed_submits_make_one_task,
@@ -128,6 +136,7 @@ mod tests {
             include_str!("json_values.rs"),
             include_str!("settle.rs"),
             include_str!("submit.rs"),
+            include_str!("twins.rs"),
             include_str!("unreadable.rs"),
         ];
         let mut cases = 0;

@@ -3,6 +3,7 @@
 use serde_json::json;
 use std::time::Duration;
 
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{
     codes, ClaimRequest, Error, ErrorEnvelope, Failure, Lease, ListFilter, NewTask, PgExecutor, PgSession,
     PgTransaction, Settlement, Store, TaskStatus,

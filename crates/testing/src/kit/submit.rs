@@ -3,6 +3,7 @@
 use serde_json::json;
 use std::time::Duration;
 
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{
     ClaimRequest, Conflict, Error, Failure, Lease, ListFilter, NewTask, PgExecutor, PgTransaction,
     PurgeFilter, Settlement, Store, Task, TaskStatus,

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use serde_json::json;
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{ClaimRequest, Error, Failure, ListFilter, NewTask, PgExecutor, Store, TaskStatus};
 
 use super::{claim, raw};

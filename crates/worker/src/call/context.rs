@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value as Json;
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{
     codes, Error, ExecErrorKind, Failure, Lease, NewTask, PgExecutor, PgTransaction, Result, RetryBackoff,
     Settlement, Store, Task, TaskStatus, MAX_SNOOZE,

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{ClaimRequest, Error, FleetLimit, PgExecutor, Store, Task};
 
 use super::limits::{Capacities, Units};

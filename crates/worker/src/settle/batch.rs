@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{PgExecutor, Result, Settled, Settlement, Store};
 
 use super::answer::handed_answer;

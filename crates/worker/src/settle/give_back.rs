@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{Error, PgExecutor};
 
 use super::resend::while_passing;

@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{Error, ExecError, ExecErrorKind, PgExecutor, Result, Settled, Settlement, Store, Task};
 
 use super::outcome::{settlement_for, HandlerEnd};

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{Lease, PgExecutor};
 
 use crate::shared::{CancelReason, Running, Shared};

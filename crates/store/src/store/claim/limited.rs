@@ -5,7 +5,7 @@ use waymark_protocol::Statement;
 
 use crate::error::{Error, Result};
 use crate::executor::{Lane, PgExecutor, PgSession, PgTransaction};
-use crate::fleet::{FleetLimit, FLEET_LIMIT_TURN_WAIT};
+use crate::fleet::{FleetLimit, GroupKey, FLEET_LIMIT_TURN_WAIT};
 use crate::options::{lease_millis, ClaimRequest};
 use crate::statements::{run, Binds};
 use crate::store::{format_ms, Store};
@@ -65,7 +65,7 @@ pub(super) async fn claim_limited<S: PgSession + ?Sized>(
         ("limit", req.limit.into()),
         ("limit_queue", limit.scope_queue().into()),
         ("limit_name", limit.scope_name().into()),
-        ("group_in", group.map(crate::GroupKey::column).into()),
+        ("group_in", group.map(GroupKey::column).into()),
         ("group_path", group.map(|g| g.path().to_vec()).into()),
         ("max_running", limit.max_running().into()),
         ("scan", limited_scan(req.limit, group.is_some()).into()),
