@@ -24,3 +24,13 @@ pub async fn start_ready(program: &str, args: &[&str]) -> (Child, Lines<BufReade
     );
     (child, lines)
 }
+
+/// The `N` arguments a worker process was started with; any other count
+/// prints `usage` and exits with code 2.
+pub fn args<const N: usize>(usage: &str) -> [String; N] {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    args.try_into().unwrap_or_else(|_| {
+        eprintln!("usage: {usage}");
+        std::process::exit(2)
+    })
+}

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value as Json};
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{
     ClaimRequest, Conflict, Error, Failure, Lease, ListFilter, NewTask, PgExecutor, PurgeFilter, Store,
     TaskStatus,

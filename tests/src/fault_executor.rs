@@ -9,9 +9,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use waymark_store::protocol::Statement;
 use waymark_store::{ExecError, Lane, NotificationStream, PgExecutor, Row, Sql, Store, Value};
 
@@ -81,6 +82,47 @@ where
         }
     };
     (tapped(store, tap), on_answer)
+}
+
+/// A store on `store`'s executor (and installation) that counts its runs
+/// of `statement` that have answered, and the count, for a test to wait
+/// on: the moment a wait has read its row, say, which nothing else marks.
+pub fn counted<E>(store: &Store<E>, statement: Statement) -> (Store<Tapped<E>>, Answers)
+where
+    E: PgExecutor + Clone,
+{
+    let sql = sql_of(statement, &[]);
+    let (count, answers) = watch::channel(0);
+    let tap = move |text: &str, at: Tap, _run: u64| -> Option<Hook> {
+        if at == Tap::After && text == sql {
+            count.send_modify(|n| *n += 1);
+        }
+        None
+    };
+    (tapped(store, tap), Answers { name: statement.name(), count: answers })
+}
+
+/// How many runs of one statement a [`counted`] store has seen answered.
+#[derive(Debug, Clone)]
+pub struct Answers {
+    name: &'static str,
+    count: watch::Receiver<u64>,
+}
+
+impl Answers {
+    /// Runs answered so far.
+    pub fn so_far(&self) -> u64 {
+        *self.count.borrow()
+    }
+
+    /// Waits until `n` runs in all have answered; the test fails past 20 s.
+    pub async fn reach(&mut self, n: u64) {
+        let reached = matches!(
+            tokio::time::timeout(Duration::from_secs(20), self.count.wait_for(|seen| *seen >= n)).await,
+            Ok(Ok(_))
+        );
+        assert!(reached, "{} answered {} times in 20 s, not {n}", self.name, self.so_far());
+    }
 }
 
 /// Before or after a run of a statement, for a [`Tapped`] executor's tap.

@@ -17,6 +17,7 @@ pub mod private_cluster;
 pub mod prometheus;
 pub mod proxy;
 pub mod python;
+pub mod test_worker;
 pub mod wait_kit;
 
 use waymark_pool::PgPool;
@@ -24,6 +25,7 @@ use waymark_store::{ConnectOptions, Store};
 
 pub use client_executor::ClientExecutor;
 pub use db::{TestDatabase, TestSchema};
+pub use test_worker::{test_worker, Running, TestWorker};
 pub use waymark_testing::{eventually, until_some};
 
 /// Looks until `look` answers `Some`, blocking the thread in between, for
@@ -43,31 +45,52 @@ pub fn poll_blocking<T>(limit: std::time::Duration, mut look: impl FnMut() -> Op
     }
 }
 
+/// Waits until task `id` has `status`; the test fails past `limit`,
+/// naming `what` it waited for.
+pub async fn until_status<E: waymark_store::PgExecutor>(
+    limit: std::time::Duration,
+    what: &str,
+    store: &Store<E>,
+    id: &str,
+    status: waymark_store::TaskStatus,
+) {
+    eventually(limit, what, || async { store.fetch(id).await.expect("fetch").status == status }).await;
+}
+
 /// A store on the built-in pool, connected (migrated) in `schema`.
 pub async fn pool_store(schema: &TestSchema) -> Store<PgPool> {
-    let pool = PgPool::builder(&schema.url).max_size(4).schema(&schema.schema).build().expect("pool");
-    connect_in(pool, schema).await
+    pool_store_at(&schema.url, &schema.schema).await
+}
+
+/// A store on the built-in pool (four connections) in `schema` of the
+/// database at `url`, connected (migrated): how the tests' worker
+/// processes, given the two, reach the test's installation.
+pub async fn pool_store_at(url: &str, schema: &str) -> Store<PgPool> {
+    let pool = PgPool::builder(url).max_size(4).schema(schema).build().expect("pool");
+    Store::connect(pool, ConnectOptions::new().schema(schema)).await.expect("connect")
+}
+
+/// The built-in pool's builder for `schema`, at most `max_size`
+/// connections.
+pub fn pool_in(schema: &TestSchema, max_size: u32) -> waymark_pool::PgPoolBuilder {
+    PgPool::builder(&schema.url).max_size(max_size).schema(&schema.schema)
 }
 
 /// A store over `exec`, connected (migrated) in `schema`.
 pub async fn connect_in<E: waymark_store::PgExecutor>(exec: E, schema: &TestSchema) -> Store<E> {
-    Store::connect(exec, ConnectOptions::schema(&schema.schema)).await.expect("connect")
+    Store::connect(exec, ConnectOptions::new().schema(&schema.schema)).await.expect("connect")
 }
 
 /// A store on [`ClientExecutor`], connected (migrated) in `schema`.
 pub async fn client_store(schema: &TestSchema) -> Store<ClientExecutor> {
     let exec = ClientExecutor::connect(&schema.url, Some(&schema.schema)).await.expect("client");
-    Store::connect(exec, ConnectOptions::schema(&schema.schema)).await.expect("connect through the client")
+    Store::connect(exec, ConnectOptions::new().schema(&schema.schema))
+        .await
+        .expect("connect through the client")
 }
 
 /// A store on the built-in pool with statements prepared once per
 /// connection, connected (migrated) in `schema`.
 pub async fn pool_store_prepared(schema: &TestSchema) -> Store<PgPool> {
-    let pool = PgPool::builder(&schema.url)
-        .max_size(4)
-        .schema(&schema.schema)
-        .prepared_statements(true)
-        .build()
-        .expect("pool");
-    Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect through the pool")
+    connect_in(pool_in(schema, 4).prepared_statements(true).build().expect("pool"), schema).await
 }

@@ -237,6 +237,23 @@ pub fn pool_through(proxy: &AnswerCuttingProxy, schema: &crate::TestSchema) -> w
     waymark_pool::PgPool::builder(url_through(proxy, &schema.url)).schema(&schema.schema)
 }
 
+/// A store in `schema` whose statements go through `proxy`, with no
+/// retries inside the pool (each try the proxy refuses or cuts is one of
+/// the caller's own), and LISTEN straight to the server (signals still
+/// arrive, and nothing else talks through the proxy).
+pub async fn store_behind(
+    proxy: &AnswerCuttingProxy,
+    schema: &crate::TestSchema,
+) -> waymark_store::Store<waymark_pool::PgPool> {
+    let pool = pool_through(proxy, schema)
+        .max_size(4)
+        .retry_attempts(0)
+        .listen_url(&schema.url)
+        .build()
+        .expect("pool");
+    crate::connect_in(pool, schema).await
+}
+
 /// A proxy in front of the server of `url`.
 pub async fn proxy_for(url: &str) -> AnswerCuttingProxy {
     let (host, port) = crate::pgbouncer::host_and_port(url);

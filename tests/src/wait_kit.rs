@@ -3,15 +3,18 @@
 //! `wait_contract!(make)` expands to one test per case, like `store_contract!`.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 use waymark_store::protocol::{ParamType, Statement};
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::Lease;
 use waymark_store::{
-    codes, ClaimRequest, Conflict, Error, Failure, Lane, NewTask, PgExecutor, Signal, Sql, Store, TaskStatus,
-    Value,
+    codes, ClaimRequest, Conflict, Error, Failure, Lane, NewTask, PgExecutor, Signal, Sql, Store, Task,
+    TaskStatus, Value,
 };
 use waymark_testing::until_some;
 
@@ -45,6 +48,17 @@ macro_rules! wait_contract {
             }
         )*
     };
+}
+
+/// A wait for task `id`, at most `limit`, on a task of its own: it answers
+/// the moment the wait returned, and the task.
+pub fn spawn_wait<E: PgExecutor + 'static>(
+    store: &Arc<Store<E>>,
+    id: &str,
+    limit: Duration,
+) -> JoinHandle<Result<(Instant, Task), Error>> {
+    let (store, id) = (store.clone(), id.to_owned());
+    tokio::spawn(async move { store.wait(&id, limit).await.map(|t| (Instant::now(), t)) })
 }
 
 /// Deletes task `id` with plain SQL, as a purge would, whatever its status.
@@ -83,23 +97,23 @@ async fn claim_one<E: PgExecutor>(store: &Store<E>, queue: &str, worker: &str) -
     claimed[0].id.clone()
 }
 
-pub async fn wait_returns_the_terminal_task_settled_elsewhere<E: PgExecutor + 'static>(store: &Store<E>)
+pub async fn wait_returns_the_terminal_task_settled_elsewhere<E>(store: &Store<E>)
 where
-    Store<E>: Clone,
+    E: PgExecutor + Clone + 'static,
 {
     let task = store.submit(NewTask::new("w.echo", json!({"x": 1})).queue("w1")).await.expect("submit");
+    // The task ends once the wait's first read has found it queued: the
+    // wait must then be woken (or poll), not answer from that read.
+    let (waiter, read) = hooked(store, Statement::GetStatus, 1, async {});
     let settler = store.clone();
     let id = task.id.clone();
     let settle = tokio::spawn(async move {
-        // Real time: the wait should be parked when the task ends; nothing
-        // outside the store marks that moment, and ended sooner the wait
-        // still answers rightly, from its first read.
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        read.await.expect("the wait's first read answered");
         let claimed = claim_one(&settler, "w1", "wk").await;
         assert_eq!(claimed, id);
         settler.complete(&Lease::new(&id, "wk"), json!({"y": 2})).await.expect("complete");
     });
-    let done = store.wait(&task.id, Duration::from_secs(10)).await.expect("wait");
+    let done = waiter.wait(&task.id, Duration::from_secs(10)).await.expect("wait");
     settle.await.expect("settler");
     assert_eq!(done.status, TaskStatus::Succeeded);
     assert_eq!(done.result, Some(json!({"y": 2})));
@@ -181,16 +195,18 @@ where
     assert!(matches!(err, Err(Error::TaskCanceled { .. })), "{err:?}");
 }
 
-pub async fn wait_by_key_follows_the_key_to_its_current_task<E: PgExecutor + 'static>(store: &Store<E>)
+pub async fn wait_by_key_follows_the_key_to_its_current_task<E>(store: &Store<E>)
 where
-    Store<E>: Clone,
+    E: PgExecutor + Clone + 'static,
 {
     let first =
         store.submit(NewTask::new("w.keyed", json!({"v": 1})).queue("w5").key("w5:k")).await.expect("first");
+    // The key moves on once the wait has found the first task pending and
+    // read it again under its registration for that task's end.
+    let (waiter, registered) = hooked(store, Statement::GetStatusByKey, 2, async {});
     let other = store.clone();
     let replace = tokio::spawn(async move {
-        // Real time: the wait parked first, as above.
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        registered.await.expect("the wait's second read answered");
         // Replace cancels the first and points the key at a new task,
         // which a worker then completes.
         let second = other
@@ -206,7 +222,7 @@ where
     });
     // The first task ends canceled, but the key now names the second:
     // the wait follows the key until the task it names is terminal.
-    let done = store.wait_by_key("w5:k", Duration::from_secs(10)).await.expect("wait_by_key");
+    let done = waiter.wait_by_key("w5:k", Duration::from_secs(10)).await.expect("wait_by_key");
     let second = replace.await.expect("replacer");
     assert_ne!(first.id, second);
     if done.id == second {

@@ -8,22 +8,29 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use waymark_pool::PgPool;
-use waymark_store::{Backpressure, NewTask, Store, TaskStatus, MAX_GRANT};
-use waymark_tests::{pool_store, TestSchema};
-use waymark_worker::{TaskError, Worker};
+use waymark_store::protocol::Statement;
+use waymark_store::{Backpressure, ConnectOptions, NewTask, PgExecutor, Store, TaskStatus, MAX_GRANT};
+use waymark_tests::fault_executor::counted;
+use waymark_tests::{pool_store, test_worker, TestSchema, TestWorker};
+use waymark_worker::TaskError;
 
 async fn gated(schema: &TestSchema, limits: Backpressure) -> Arc<Store<PgPool>> {
-    Arc::new(pool_store(schema).await.with_backpressure(limits).expect("limits"))
+    let options = ConnectOptions::new().backpressure(limits);
+    Arc::new(Store::with_options(pool_store(schema).await.into_executor(), options).expect("limits"))
 }
 
-async fn queued(store: &Store<PgPool>, queue: &str) -> i64 {
+async fn queued<E: PgExecutor>(store: &Store<E>, queue: &str) -> i64 {
     store.stats(Some(queue)).await.expect("stats")[queue].queued
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_producer_held_by_a_full_queue_goes_on_when_a_worker_drains_it() {
     let schema = TestSchema::new().await;
-    let store = gated(&schema, Backpressure::per_queue([("bp", 5)])).await;
+    // Counts the reads of a queue's depth, which a held submit makes each
+    // time its pause ends.
+    let (store, mut depth_reads) = counted(&pool_store(&schema).await, Statement::QueueDepth);
+    let options = ConnectOptions::new().backpressure(Backpressure::per_queue([("bp", 5)]));
+    let store = Arc::new(Store::with_options(store.into_executor(), options).expect("limits"));
     for i in 0..5 {
         store.submit(NewTask::new("bp.job", json!({ "i": i })).queue("bp")).await.expect("room");
     }
@@ -31,6 +38,7 @@ async fn a_producer_held_by_a_full_queue_goes_on_when_a_worker_drains_it() {
     for _ in 0..20 {
         store.submit(NewTask::new("bp.job", json!({})).queue("free")).await.expect("unlimited");
     }
+    let reads_before = depth_reads.so_far();
     let producer = {
         let store = store.clone();
         tokio::spawn(async move {
@@ -38,20 +46,15 @@ async fn a_producer_held_by_a_full_queue_goes_on_when_a_worker_drains_it() {
             (t, Instant::now())
         })
     };
-    // Real time is what is under test: the submit waits out its backoff
-    // (250 ms, then 500 ms, ...) while the queue stays full.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // The submit found the queue full, waited out its first pause (250 ms)
+    // and found it full again: it waits on (500 ms, then 1 s, ...).
+    depth_reads.reach(reads_before + 2).await;
     assert!(!producer.is_finished(), "a full queue holds the producer");
     assert_eq!(queued(&store, "bp").await, 5, "and nothing went past the limit");
 
-    let w = Worker::builder(store.clone())
-        .queues(["bp"])
-        .task("bp.job", |_ctx, p: serde_json::Value| async move { Ok(p) })
-        .build()
-        .expect("worker");
-    let handle = w.handle();
     let drained_from = Instant::now();
-    let run = tokio::spawn(w.run());
+    let worker =
+        test_worker(&store, "bp").task("bp.job", |_ctx, p: serde_json::Value| async move { Ok(p) }).start();
     let (task, resumed) = tokio::time::timeout(Duration::from_secs(20), producer)
         .await
         .expect("the producer goes on")
@@ -61,8 +64,7 @@ async fn a_producer_held_by_a_full_queue_goes_on_when_a_worker_drains_it() {
     assert!(resumed - drained_from < Duration::from_secs(6), "resumed after {:?}", resumed - drained_from);
     let done = store.wait(&task.id, Duration::from_secs(20)).await.expect("run");
     assert_eq!(done.status, TaskStatus::Succeeded);
-    handle.shutdown();
-    run.await.expect("worker");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -129,7 +131,8 @@ async fn a_queue_full_past_the_maximum_wait_fails_with_queue_full_and_submits_no
 
     // Limits that make no sense are refused when set.
     for bad in [Backpressure::max_depth(0), Backpressure::per_queue([("q", -1)])] {
-        let e = pool_store(&schema).await.with_backpressure(bad).expect_err("refused");
+        let options = ConnectOptions::new().backpressure(bad);
+        let e = Store::with_options(pool_store(&schema).await.into_executor(), options).expect_err("refused");
         assert!(e.to_string().contains("must be at least 1"), "{e}");
     }
     schema.drop().await;
@@ -142,17 +145,13 @@ async fn a_workers_child_submits_are_gated_by_the_stores_limits() {
         gated(&schema, Backpressure::per_queue([("kids", 1)]).max_wait(Duration::from_millis(300))).await;
     store.submit(NewTask::new("kid", json!({})).queue("kids")).await.expect("the one place");
     let parent = store.submit(NewTask::new("parent", json!({})).queue("parents")).await.expect("submit");
-    let w = Worker::builder(store.clone())
-        .queues(["parents"])
+    let worker = test_worker(&store, "parents")
         .task("parent", |ctx, _p: serde_json::Value| async move {
             ctx.submit(NewTask::new("kid", json!({})).queue("kids")).await.map_err(TaskError::from)?;
             Ok(())
         })
         .retry_backoff(Duration::from_millis(1), Duration::from_millis(1))
-        .build()
-        .expect("worker");
-    let handle = w.handle();
-    let run = tokio::spawn(w.run());
+        .start();
     let done = store.wait(&parent.id, Duration::from_secs(30)).await.expect("the parent ends");
     assert_eq!(done.status, TaskStatus::Failed, "every attempt met a full queue");
     let envelope = done.error_envelope().expect("an envelope");
@@ -163,8 +162,7 @@ async fn a_workers_child_submits_are_gated_by_the_stores_limits() {
         envelope.message
     );
     assert_eq!(queued(&store, "kids").await, 1, "no child went past the limit");
-    handle.shutdown();
-    run.await.expect("worker");
+    worker.stop().await;
     schema.drop().await;
 }
 

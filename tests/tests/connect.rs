@@ -20,7 +20,7 @@ fn pool(url: &str, schema: Option<&str>) -> PgPool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_creates_the_schema_and_installs_into_it() {
     let db = TestDatabase::new().await;
-    let store = Store::connect(pool(&db.url, Some("Tenant_A")), ConnectOptions::schema("Tenant_A"))
+    let store = Store::connect(pool(&db.url, Some("Tenant_A")), ConnectOptions::new().schema("Tenant_A"))
         .await
         .expect("connect");
     let admin = admin_client(&db.url).await;
@@ -44,8 +44,10 @@ async fn connect_creates_the_schema_and_installs_into_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_schema_name_is_refused_before_any_io() {
     for bad in ["1abc", "a-b", "x\"; drop table t; --", ""] {
-        let store =
-            Store::connect(pool("postgres://nobody@127.0.0.1:1/none", None), ConnectOptions::schema(bad));
+        let store = Store::connect(
+            pool("postgres://nobody@127.0.0.1:1/none", None),
+            ConnectOptions::new().schema(bad),
+        );
         match store.await {
             Err(Error::InvalidArgument(msg)) => {
                 assert!(msg.contains("must match ^[A-Za-z_][A-Za-z0-9_$]*$"), "{msg}")
@@ -60,15 +62,18 @@ async fn a_bad_schema_name_is_refused_before_any_io() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_schema_guard_refuses_a_split_installation() {
     let installed = TestSchema::new().await;
-    Store::connect(pool(&installed.url, Some(&installed.schema)), ConnectOptions::schema(&installed.schema))
-        .await
-        .expect("first installation");
+    Store::connect(
+        pool(&installed.url, Some(&installed.schema)),
+        ConnectOptions::new().schema(&installed.schema),
+    )
+    .await
+    .expect("first installation");
 
     // Asked for one schema while connections resolve to another.
     let elsewhere = TestSchema::new().await;
     let err = Store::connect(
         pool(&elsewhere.url, Some(&elsewhere.schema)),
-        ConnectOptions::schema(&installed.schema),
+        ConnectOptions::new().schema(&installed.schema),
     )
     .await
     .expect_err("mismatch");
@@ -143,9 +148,7 @@ async fn another_protocol_version_is_refused() {
         other => panic!("expected a mismatch, got {other:?}"),
     }
     admin.batch_execute("delete from cairnq_meta where key = 'protocol_version'").await.expect("remove");
-    match Store::connect(pool(&db.url, None), ConnectOptions { skip_migrate: true, ..Default::default() })
-        .await
-    {
+    match Store::connect(pool(&db.url, None), ConnectOptions::new().migrate(false)).await {
         Err(e @ Error::ProtocolVersionMismatch { found: 0, .. }) => {
             assert_eq!(e.to_string(), "protocol version mismatch: the database speaks 0, waymark speaks 1")
         }
@@ -180,8 +183,9 @@ async fn a_migration_that_waits_too_long_names_itself_and_commits_nothing() {
     holder.batch_execute("begin; lock table cairnq_migrations in exclusive mode").await.expect("hold");
 
     let started = Instant::now();
-    let lock_bound =
-        store.clone().with_migration_timeouts(Duration::from_millis(200), Duration::from_secs(60));
+    let bounded =
+        |options: ConnectOptions| Store::with_options(store.executor().clone(), options).expect("store");
+    let lock_bound = bounded(ConnectOptions::new().migration_lock_timeout(Duration::from_millis(200)));
     match lock_bound.migrate().await {
         Err(e @ Error::MigrationTimeout { .. }) => {
             let msg = e.to_string();
@@ -192,8 +196,11 @@ async fn a_migration_that_waits_too_long_names_itself_and_commits_nothing() {
     assert!(started.elapsed() < Duration::from_secs(5), "bounded: {:?}", started.elapsed());
 
     // A statement bound shorter than the lock bound fires first and says so.
-    let statement_bound =
-        store.clone().with_migration_timeouts(Duration::from_secs(60), Duration::from_millis(200));
+    let statement_bound = bounded(
+        ConnectOptions::new()
+            .migration_lock_timeout(Duration::from_secs(60))
+            .migration_statement_timeout(Duration::from_millis(200)),
+    );
     match statement_bound.migrate().await {
         Err(Error::MigrationTimeout { name, waited_for_lock, limit }) => {
             assert_eq!((name.as_str(), waited_for_lock, limit.as_str()), ("0001_init.sql", false, "200ms"));

@@ -14,9 +14,9 @@ use serde_json::json;
 use waymark_pool::PgPool;
 use waymark_store::{NewTask, Store, TaskStatus};
 use waymark_tests::browser::Browser;
-use waymark_tests::{pool_store, TestSchema};
+use waymark_tests::{pool_store, test_worker, TestSchema, TestWorker};
 use waymark_ui::{BindError, Dashboard};
-use waymark_worker::{TaskError, Worker};
+use waymark_worker::TaskError;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -66,8 +66,7 @@ async fn the_page_follows_a_worker_live_and_a_failed_task_is_retried_with_its_bu
     browser.wait_text("#conn", "the live stream open", WAIT, |t| t == "live").await;
 
     // A worker runs them; the page hears it without a reload.
-    let w = Worker::builder(store.clone())
-        .queues(["ui"])
+    let worker = test_worker(&store, "ui")
         .task("ui.ok", |_ctx, p: serde_json::Value| async move { Ok(p) })
         .task("ui.flaky", |ctx, _p: serde_json::Value| async move {
             if ctx.attempt() == 1 {
@@ -75,10 +74,7 @@ async fn the_page_follows_a_worker_live_and_a_failed_task_is_retried_with_its_bu
             }
             Ok(json!("charged"))
         })
-        .build()
-        .unwrap();
-    let handle = w.handle();
-    let run = tokio::spawn(w.run());
+        .start();
     let cell = |status: &str| format!("#counts tr[data-queue='ui'] td[data-status='{status}']");
     browser.wait_text(&cell("succeeded"), "three succeeded on the page", WAIT, |t| t == "3").await;
     browser.wait_text(&cell("failed"), "one failed on the page", WAIT, |t| t == "1").await;
@@ -129,8 +125,7 @@ async fn the_page_follows_a_worker_live_and_a_failed_task_is_retried_with_its_bu
     let png = std::fs::read(&shot).unwrap();
     assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "a screenshot of the page");
     drop(browser);
-    handle.shutdown();
-    run.await.unwrap();
+    worker.stop().await;
     schema.drop().await;
 }
 

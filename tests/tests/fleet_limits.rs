@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::NewTask;
 use waymark_tests::db::admin_client;
 use waymark_tests::{pool_store, TestSchema};
@@ -221,6 +222,7 @@ async fn a_stalled_claimer_under_a_limit_holds_up_only_that_limits_claims() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     use waymark_store::FleetLimit;
+    use waymark_tests::TestWorker;
     use waymark_worker::Worker;
 
     const PLAIN: usize = 20;
@@ -243,7 +245,7 @@ async fn a_stalled_claimer_under_a_limit_holds_up_only_that_limits_claims() {
 
     let claim_errors = Arc::new(AtomicUsize::new(0));
     let errors = claim_errors.clone();
-    let worker = Worker::builder(store.clone())
+    let (worker, mut events) = Worker::builder(store.clone())
         .queues(["plain", "limited"])
         .concurrency(2)
         .poll_interval(Duration::from_millis(500))
@@ -255,11 +257,7 @@ async fn a_stalled_claimer_under_a_limit_holds_up_only_that_limits_claims() {
         })
         .task("plain.work", |_ctx, p: serde_json::Value| async move { Ok(p) })
         .task("limited.work", |_ctx, p: serde_json::Value| async move { Ok(p) })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let mut events = handle.events();
-    let run = tokio::spawn(worker.run());
+        .start_with_events();
     // One plain task at a time, each submitted once the last has settled:
     // every one needs a claim pass of its own while the limit is stalled.
     let mut slowest = Duration::ZERO;
@@ -280,8 +278,7 @@ async fn a_stalled_claimer_under_a_limit_holds_up_only_that_limits_claims() {
     let resumed = settled(&mut events, limited.id.clone(), Duration::from_secs(5))
         .await
         .expect("the limited task ran within 5 s of the lock's release");
-    handle.shutdown();
-    run.await.expect("worker");
+    worker.stop().await;
     println!(
         "stalled limit: {PLAIN} plain tasks one after another, slowest {slowest:?} from submit to settled; \
          the limited task settled {resumed:?} after the lock went"

@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value as Json};
 use waymark_pool::PgPool;
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::Lease;
 use waymark_store::{ClaimRequest, ConnectOptions, Failure, NewTask, Store, Task, TaskStatus};
 use waymark_tests::db::admin_client;
-use waymark_tests::{eventually, python, until_some, TestDatabase};
+use waymark_tests::{eventually, python, test_worker, until_some, TestDatabase, TestWorker};
 
 /// The ledger rows every installation of protocol v1 ends with.
 const MIGRATIONS: [&str; 10] = [
@@ -434,7 +435,7 @@ async fn a_python_installed_database_reads_as_migrated() {
     let store = Store::new(PgPool::builder(&db.url).max_size(2).build().expect("pool"));
     let status = store.migration_status().await.expect("status");
     assert!(status.iter().all(|m| m.applied_at_ms.is_some()), "every file reads applied: {status:?}");
-    let report = store.prepare(&ConnectOptions::default()).await.expect("connect");
+    let report = store.prepare().await.expect("connect");
     assert!(report.applied.is_empty(), "nothing re-applied: {report:?}");
     assert_eq!(report.skipped, 10);
     assert_eq!(ledger(&db.url).await, installed_by_python, "ledger untouched");
@@ -471,7 +472,7 @@ async fn mixed_fleet_drains_a_shared_backlog_once() {
 
     let rust_runs = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let seen = rust_runs.clone();
-    let worker = waymark_worker::Worker::builder(store.clone())
+    let worker = test_worker(&store, "default")
         .concurrency(4)
         .poll_interval(Duration::from_millis(100))
         .worker_id(RUST_WORKER)
@@ -485,10 +486,7 @@ async fn mixed_fleet_drains_a_shared_backlog_once() {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 Ok(json!({"by": "rust", "n": payload["n"]}))
             }
-        })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
+        });
     let mut args = vec!["work".to_owned(), "--timeout-s".into(), "90".into(), "--until".into()];
     args.extend(ids.iter().cloned());
     let python = py_in_background(&db.url, args);
@@ -509,10 +507,9 @@ async fn mixed_fleet_drains_a_shared_backlog_once() {
         claimed_by_python > 0
     })
     .await;
-    let rust = tokio::spawn(worker.run());
+    let rust = worker.start();
     let python = python.await.expect("python worker");
-    handle.shutdown();
-    rust.await.expect("rust worker");
+    rust.stop().await;
 
     let python_runs: Vec<String> = python["runs"]
         .as_array()
@@ -576,20 +573,16 @@ async fn a_task_waymark_cannot_read_fails_alone_and_the_rest_run() {
         .await
         .expect("plain SQL insert");
 
-    let worker = waymark_worker::Worker::builder(store.clone())
+    let worker = test_worker(&store, "default")
         .concurrency(50)
         .poll_interval(Duration::from_millis(100))
         .task("odd.job", |_ctx, payload: Json| async move { Ok(json!({"n": payload["n"]})) })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let running = tokio::spawn(worker.run());
+        .start();
     let mut finals = BTreeMap::new();
     for id in ids.iter().map(String::as_str).chain([sql_bad]) {
         finals.insert(id.to_owned(), store.wait(id, Duration::from_secs(30)).await.expect("each task ends"));
     }
-    handle.shutdown();
-    running.await.expect("worker");
+    worker.stop().await;
 
     for (id, t) in &finals {
         if id == &python_bad || id == sql_bad {
@@ -617,7 +610,7 @@ async fn a_task_waymark_cannot_read_fails_alone_and_the_rest_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_client_submits_to_a_waymark_worker_with_batch_handlers_and_resources() {
     use std::sync::Arc;
-    use waymark_worker::{BatchItem, HandlerOptions, Worker};
+    use waymark_worker::{BatchItem, HandlerOptions};
     ensure_python().await;
     let db = TestDatabase::new().await;
     let url = db.url.clone();
@@ -643,11 +636,12 @@ async fn a_python_client_submits_to_a_waymark_worker_with_batch_handlers_and_res
     let seen = batches.clone();
     let gpu = || HandlerOptions::new().resource("gpu");
     let on_gpu = |_ctx, p: Json| async move {
+        // Real time: each call holds the resource a while, so that two
+        // at once would show in the samples below.
         tokio::time::sleep(Duration::from_millis(20)).await;
         Ok(json!({"gpu": p["n"]}))
     };
-    let w = Worker::builder(store.clone())
-        .queues(["mixed"])
+    let worker = test_worker(&store, "mixed")
         .concurrency(8)
         .resource("gpu", 1)
         .batch_task("rs.embed", 5, move |items: Vec<BatchItem<PgPool, Json>>| {
@@ -661,12 +655,9 @@ async fn a_python_client_submits_to_a_waymark_worker_with_batch_handlers_and_res
             }
         })
         .task_with("rs.gpu.a", gpu(), on_gpu)
-        .task_with("rs.gpu.b", gpu(), on_gpu)
-        .build()
-        .expect("worker");
+        .task_with("rs.gpu.b", gpu(), on_gpu);
     let admin = admin_client(&url).await;
-    let handle = w.handle();
-    let run = tokio::spawn(w.run());
+    let worker = worker.start();
     let most_on_gpu = std::sync::atomic::AtomicI64::new(0);
     eventually(Duration::from_secs(60), "every task done", || {
         let (store, admin, most_on_gpu) = (&store, &admin, &most_on_gpu);
@@ -684,8 +675,7 @@ async fn a_python_client_submits_to_a_waymark_worker_with_batch_handlers_and_res
         }
     })
     .await;
-    handle.shutdown();
-    run.await.expect("worker");
+    worker.stop().await;
     let most_on_gpu = most_on_gpu.into_inner();
     assert!(most_on_gpu <= 1, "the resource held one at a time: {most_on_gpu}");
     let sizes = batches.lock().unwrap().clone();

@@ -16,8 +16,7 @@ use serde_json::{json, Value as Json};
 use waymark_otel::Telemetry;
 use waymark_pool::PgPool;
 use waymark_store::{ConnectOptions, NewTask, Store, TaskStatus};
-use waymark_tests::{python, TestDatabase, TestSchema};
-use waymark_worker::Worker;
+use waymark_tests::{python, test_worker, Running, TestDatabase, TestSchema, TestWorker};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -43,17 +42,16 @@ async fn store_on(url: &str) -> Arc<Store<PgPool>> {
     Arc::new(Store::connect(pool, ConnectOptions::default()).await.expect("connect"))
 }
 
-/// A waymark worker whose `rs.echo` answers its payload and notes the
-/// metadata it saw, by task id.
-fn echo_worker(store: Arc<Store<PgPool>>, seen: Arc<Mutex<BTreeMap<String, Json>>>) -> Worker<PgPool> {
-    Worker::builder(store)
+/// A waymark worker, running, whose `rs.echo` answers its payload and
+/// notes the metadata it saw, by task id.
+fn echo_worker(store: &Arc<Store<PgPool>>, seen: Arc<Mutex<BTreeMap<String, Json>>>) -> Running {
+    test_worker(store, "default")
         .poll_interval(Duration::from_millis(50))
         .task("rs.echo", move |ctx, payload: Json| {
             seen.lock().unwrap().insert(ctx.id().to_owned(), ctx.metadata().clone());
             async move { Ok(payload) }
         })
-        .build()
-        .expect("worker")
+        .start()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,14 +124,11 @@ async fn python_and_waymark_keep_every_json_value_as_written() {
         assert!(t.unreadable.is_empty(), "{:?}", t.unreadable);
     }
     let seen = Arc::new(Mutex::new(BTreeMap::new()));
-    let worker = echo_worker(store.clone(), seen.clone());
-    let handle = worker.handle();
-    let running = tokio::spawn(worker.run());
+    let worker = echo_worker(&store, seen.clone());
     for id in from_python.keys() {
         assert_eq!(store.wait(id, WAIT).await.expect("each ends").status, TaskStatus::Succeeded);
     }
-    handle.shutdown();
-    running.await.expect("the worker stops");
+    worker.stop().await;
     let seen = seen.lock().unwrap().clone();
     let mut args = vec!["wait".to_owned()];
     args.extend(from_python.keys().cloned());
@@ -153,8 +148,8 @@ async fn trace_context_goes_only_into_metadata_that_is_an_object() {
     let tracers = SdkTracerProvider::builder().with_simple_exporter(spans.clone()).build();
     let telemetry = Telemetry::new(&SdkMeterProvider::builder().build(), &tracers);
     let pool = PgPool::builder(&schema.url).schema(&schema.schema).max_size(4).build().expect("pool");
-    let store = Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect");
-    let store = Arc::new(store.with_observer(Arc::new(telemetry)));
+    let options = ConnectOptions::new().schema(&schema.schema).observer(Arc::new(telemetry));
+    let store = Arc::new(Store::connect(pool, options).await.expect("connect"));
 
     let request = tracers.tracer("test").start("incoming request");
     let cx = Context::current_with_span(request);
@@ -186,14 +181,11 @@ async fn trace_context_goes_only_into_metadata_that_is_an_object() {
         }
     }
     let seen = Arc::new(Mutex::new(BTreeMap::new()));
-    let worker = echo_worker(store.clone(), seen.clone());
-    let handle = worker.handle();
-    let running = tokio::spawn(worker.run());
+    let worker = echo_worker(&store, seen.clone());
     for id in ids.keys() {
         assert_eq!(store.wait(id, WAIT).await.expect("each ends").status, TaskStatus::Succeeded);
     }
-    handle.shutdown();
-    running.await.expect("the worker stops");
+    worker.stop().await;
     cx.span().end();
     tracers.force_flush().expect("flush");
     let spans = spans.get_finished_spans().expect("spans");

@@ -201,16 +201,14 @@ async fn a_full_registry_closes_its_longest_idle_hub_for_a_new_key() {
     assert_eq!(reg.stats().idle, 1, "kept warm for its idle timeout");
     let err = reg.acquire(&c, [&b], HubOptions::new()).unwrap_err();
     assert_eq!(err, RegistryError::Full { max: 1 });
-    let started = Instant::now();
-    let lease = loop {
+    let lease = waymark_tests::until_some(PATIENCE, "a slot for the new key", || async {
         match reg.acquire(&c, [&b], HubOptions::new()) {
-            Ok(lease) => break lease,
-            Err(RegistryError::Full { .. }) if started.elapsed() < PATIENCE => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(e) => panic!("no slot for the new key within {PATIENCE:?}: {e}"),
+            Ok(lease) => Some(lease),
+            Err(RegistryError::Full { .. }) => None,
+            Err(e) => panic!("no slot for the new key: {e}"),
         }
-    };
+    })
+    .await;
     wait_listening(&mut lease.state()).await;
     assert_eq!(reg.stats().hubs, 1);
 }

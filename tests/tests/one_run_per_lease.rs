@@ -16,9 +16,9 @@ use tokio::sync::watch;
 use waymark_pool::PgPool;
 use waymark_store::{NewTask, Store, TaskStatus};
 use waymark_tests::fault_executor::{tapped, Tap, Tapped};
-use waymark_tests::proxy::{pool_through, proxy_for, AnswerCuttingProxy};
-use waymark_tests::{connect_in, eventually, pool_store, TestSchema};
-use waymark_worker::{TaskError, Worker, WorkerEvent};
+use waymark_tests::proxy::{proxy_for, store_behind, AnswerCuttingProxy};
+use waymark_tests::{eventually, pool_store, test_worker, until_status, TestSchema, TestWorker};
+use waymark_worker::{TaskError, WorkerEvent};
 
 /// A piece of `release.sql` that no other statement holds: the proxy cuts
 /// the answer of the first message that carries it, and the tap holds
@@ -68,13 +68,7 @@ async fn cut_and_held(
     answered: Arc<watch::Sender<usize>>,
 ) -> (AnswerCuttingProxy, Arc<Store<Tapped<PgPool>>>) {
     let proxy = proxy_for(&schema.url).await;
-    let pool = pool_through(&proxy, schema)
-        .max_size(4)
-        .retry_attempts(0)
-        .listen_url(&schema.url)
-        .build()
-        .expect("pool");
-    let plain = connect_in(pool, schema).await;
+    let plain = store_behind(&proxy, schema).await;
     let releases = Arc::new(AtomicUsize::new(0));
     let store = tapped(&plain, move |sql, tap, _run| {
         if !sql.contains(RELEASE) {
@@ -139,33 +133,26 @@ async fn a_resend_never_lands_on_a_later_claim(first: FirstRun) {
         }
     };
     proxy.arm(RELEASE);
-    let first_worker = Worker::builder(cut.clone())
+    let (first_worker, mut first_events) = test_worker(&cut, "default")
         .worker_id("w")
         .concurrency(1)
         .shutdown_grace(Duration::from_millis(50))
         .task("once", handler(runs.clone(), finish.clone(), Some(first)))
-        .build()
-        .expect("worker");
-    let first_handle = first_worker.handle();
-    let mut first_events = first_handle.events();
-    let first_run = tokio::spawn(first_worker.run());
+        .start_with_events();
     if matches!(first, FirstRun::GiveBackAtShutdown) {
         eventually(Duration::from_secs(10), "the first run started", || async {
             runs.started.load(Ordering::SeqCst) == 1
         })
         .await;
-        first_handle.shutdown();
+        first_worker.shutdown();
     }
     eventually(Duration::from_secs(10), "the release's answer cut", || async { proxy.cuts() == 1 }).await;
 
-    let second_worker = Worker::builder(direct.clone())
+    let second_worker = test_worker(&direct, "default")
         .worker_id("w")
         .concurrency(1)
         .task("once", handler(runs.clone(), finish.clone(), None))
-        .build()
-        .expect("worker");
-    let second_handle = second_worker.handle();
-    let second_run = tokio::spawn(second_worker.run());
+        .start();
     eventually(Duration::from_secs(10), "the task claimed again", || async {
         runs.started.load(Ordering::SeqCst) >= 2
     })
@@ -199,17 +186,13 @@ async fn a_resend_never_lands_on_a_later_claim(first: FirstRun) {
     assert_eq!(row.status, TaskStatus::Running, "{first:?}: the resend gave the second claim back: {row:?}");
 
     finish_tx.send_replace(true);
-    eventually(Duration::from_secs(10), "the task succeeded", || async {
-        direct.fetch(&id).await.expect("fetch").status == TaskStatus::Succeeded
-    })
-    .await;
+    until_status(Duration::from_secs(10), "the task succeeded", &direct, &id, TaskStatus::Succeeded).await;
     // Whatever ran after the row was checked: each run began once, alone.
     assert_eq!(runs.started.load(Ordering::SeqCst), 2, "{first:?}: two runs in all");
     assert_eq!(runs.most_at_once.load(Ordering::SeqCst), 1, "{first:?}: no two runs at once");
-    first_handle.shutdown();
-    second_handle.shutdown();
-    first_run.await.expect("first worker ends");
-    second_run.await.expect("second worker ends");
+    second_worker.shutdown();
+    first_worker.stop().await;
+    second_worker.stop().await;
     schema.drop().await;
 }
 

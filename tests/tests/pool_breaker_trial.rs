@@ -8,24 +8,31 @@
 use std::time::Duration;
 
 use serde_json::json;
-use waymark_pool::BreakerState;
+use waymark_pool::{BreakerState, PgPool};
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::Lease;
-use waymark_store::{ClaimRequest, ExecErrorKind, NewTask, PgExecutor, PgSession, PgTransaction};
-use waymark_tests::proxy::{pool_through, proxy_for};
+use waymark_store::{ClaimRequest, ExecErrorKind, NewTask, PgExecutor, PgSession, PgTransaction, Store};
+use waymark_tests::proxy::{pool_through, proxy_for, AnswerCuttingProxy};
 use waymark_tests::{connect_in, eventually, until_some, TestSchema};
+
+/// A store through `proxy` whose pool has no retries of its own and a
+/// breaker that opens on the second failure, for `open_for`.
+async fn breaker_store(proxy: &AnswerCuttingProxy, schema: &TestSchema, open_for: Duration) -> Store<PgPool> {
+    let pool = pool_through(proxy, schema)
+        .max_size(4)
+        .breaker_threshold(2)
+        .breaker_open_for(open_for)
+        .retry_attempts(0)
+        .build()
+        .expect("pool");
+    connect_in(pool, schema).await
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_taken_as_the_trial_does_not_fence_heartbeats() {
     let schema = TestSchema::new().await;
     let proxy = proxy_for(&schema.url).await;
-    let pool = pool_through(&proxy, &schema)
-        .max_size(4)
-        .breaker_threshold(2)
-        .breaker_open_for(Duration::from_millis(200))
-        .retry_attempts(0)
-        .build()
-        .expect("pool");
-    let store = connect_in(pool, &schema).await;
+    let store = breaker_store(&proxy, &schema, Duration::from_millis(200)).await;
     let task = store.submit(NewTask::new("trial", json!({}))).await.expect("submit");
     let claimed = store.claim(&ClaimRequest::new("w1", ["default"]).limit(1)).await.expect("claim");
     assert_eq!(claimed.len(), 1);
@@ -88,14 +95,7 @@ async fn a_transaction_taken_as_the_trial_does_not_fence_heartbeats() {
 async fn connections_lost_inside_dropped_transactions_open_the_breaker() {
     let schema = TestSchema::new().await;
     let proxy = proxy_for(&schema.url).await;
-    let pool = pool_through(&proxy, &schema)
-        .max_size(4)
-        .breaker_threshold(2)
-        .breaker_open_for(Duration::from_secs(30))
-        .retry_attempts(0)
-        .build()
-        .expect("pool");
-    let store = connect_in(pool, &schema).await;
+    let store = breaker_store(&proxy, &schema, Duration::from_secs(30)).await;
     let mut first = store.executor().begin().await.expect("begin");
     let mut second = store.executor().begin().await.expect("begin");
     let before = store.executor().stats().connection_errors;

@@ -227,7 +227,8 @@ async fn critical_work_keeps_its_latency_under_an_ordinary_burst() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyed_submits_behind_a_held_key_lock_time_out_and_commit_nothing() {
     let schema = TestSchema::new().await;
-    let store = pool_store(&schema).await.with_lock_timeout(Duration::from_millis(200));
+    let options = waymark_store::ConnectOptions::new().lock_timeout(Duration::from_millis(200));
+    let store = Store::with_options(pool_store(&schema).await.into_executor(), options).expect("store");
     let holder = admin_client(&schema.url).await;
     holder
         .batch_execute("begin; select pg_advisory_xact_lock(hashtextextended('K', 0))")

@@ -4,6 +4,7 @@
 
 use serde_json::json;
 use waymark_pool::PgPool;
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::Lease;
 use waymark_store::{ClaimRequest, ExecErrorKind, Failure, NewTask, Store, TaskStatus};
 use waymark_tests::db::admin_client;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use waymark_pool::PgPool;
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{
     ClaimRequest, Failure, NewTask, Retention, RetentionRule, Store, Sweeper, Task, TaskStatus,
 };

@@ -60,7 +60,7 @@ async fn through_an_outage(policy: CatchUp) -> (i64, i64, Vec<i64>) {
     let proxy = Arc::new(proxy_for(&schema.url).await);
     // No breaker: the first call after the server is back goes through.
     let pool = pool_through(&proxy, &schema).max_size(4).breaker_threshold(u32::MAX).build().expect("pool");
-    let plain = Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect");
+    let plain = Store::connect(pool, ConnectOptions::new().schema(&schema.schema)).await.expect("connect");
     let (down_at, up_at) = (Arc::new(AtomicI64::new(NOT_YET)), Arc::new(AtomicI64::new(NOT_YET)));
     let (went_up, came_back) = oneshot::channel::<i64>();
     let went_up = Mutex::new(Some(went_up));

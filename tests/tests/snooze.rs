@@ -10,8 +10,8 @@ use std::time::Duration;
 use serde_json::{json, Value as Json};
 use waymark_pool::PgPool;
 use waymark_store::{ConnectOptions, NewTask, PgExecutor, Store, TaskStatus};
-use waymark_tests::{python, until_some, TestDatabase};
-use waymark_worker::{TaskError, Worker};
+use waymark_tests::{python, test_worker, until_some, TestDatabase, TestWorker};
+use waymark_worker::TaskError;
 
 /// The first snooze is long enough for the Python read on a loaded machine
 /// (the test then makes the task due by hand); the rest are short.
@@ -26,7 +26,7 @@ async fn a_task_snoozed_five_times_succeeds_on_attempt_one() {
     let store = Arc::new(Store::connect(pool, ConnectOptions::default()).await.expect("connect"));
     let calls = Arc::new(AtomicU32::new(0));
     let seen = calls.clone();
-    let worker = Worker::builder(store.clone())
+    let worker = test_worker(&store, "default")
         .poll_interval(Duration::from_millis(50))
         .task("rate.limited", move |ctx, _payload: Json| {
             let seen = seen.clone();
@@ -40,10 +40,7 @@ async fn a_task_snoozed_five_times_succeeds_on_attempt_one() {
                 }
             }
         })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let running = tokio::spawn(worker.run());
+        .start();
     let task = store.submit(NewTask::new("rate.limited", json!({})).max_attempts(1)).await.expect("submit");
 
     // The first snooze lands: the row is queued again, due later.
@@ -90,7 +87,6 @@ async fn a_task_snoozed_five_times_succeeds_on_attempt_one() {
     assert_eq!(done.result, Some(json!({"after_snoozes": 5})));
     assert_eq!(done.error, None);
     assert_eq!(calls.load(Ordering::SeqCst), 6, "five snoozes and the run that succeeded");
-    handle.shutdown();
-    running.await.expect("worker");
+    worker.stop().await;
     db.drop().await;
 }

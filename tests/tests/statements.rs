@@ -5,6 +5,7 @@ use serde_json::json;
 use tokio_postgres::types::{ToSql, Type};
 use waymark_pool::PgPool;
 use waymark_store::protocol::Statement;
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{ClaimRequest, ConnectOptions, NewTask, Store, TaskStatus};
 use waymark_tests::TestDatabase;
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::json;
 use waymark_notify::Registry;
 use waymark_pool::PgPool;
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{ClaimRequest, NewTask, PgExecutor, PgTransaction, Retention, Store, Sweeper};
 use waymark_tests::eventually;
 use waymark_tests::TestSchema;

@@ -2,9 +2,8 @@
 //! cached per connection, and proof that they are prepared once and reused.
 
 use serde_json::json;
-use waymark_pool::PgPool;
-use waymark_store::{ConnectOptions, NewTask, PgExecutor, Store};
-use waymark_tests::TestSchema;
+use waymark_store::{NewTask, PgExecutor};
+use waymark_tests::{connect_in, pool_in, TestSchema};
 
 waymark_testing::store_contract!(waymark_tests::pool_store_prepared, schema = waymark_tests::TestSchema);
 
@@ -12,13 +11,8 @@ waymark_testing::store_contract!(waymark_tests::pool_store_prepared, schema = wa
 async fn statements_are_prepared_once_per_connection_and_reused() {
     let schema = TestSchema::new().await;
     // One connection, so the transaction below sees the one that worked.
-    let pool = PgPool::builder(&schema.url)
-        .max_size(1)
-        .schema(&schema.schema)
-        .prepared_statements(true)
-        .build()
-        .expect("pool");
-    let store = Store::connect(pool, ConnectOptions::schema(&schema.schema)).await.expect("connect");
+    let pool = pool_in(&schema, 1).prepared_statements(true).build().expect("pool");
+    let store = connect_in(pool, &schema).await;
     for i in 0..20 {
         let task = store.submit(NewTask::new("prepared.reuse", json!({ "i": i }))).await.expect("submit");
         store.get_status(&task.id).await.expect("status");

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use waymark_pool::{PgPool, PoolTransaction};
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{Beat, ClaimRequest, Lease, NewTask, PgExecutor, PgTransaction, Store, TaskStatus};
 use waymark_tests::{pool_store, TestSchema};
 

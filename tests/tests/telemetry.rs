@@ -18,8 +18,8 @@ use serde_json::{json, Value as Json};
 use waymark_otel::Telemetry;
 use waymark_pool::PgPool;
 use waymark_store::{NewTask, Store, TaskStatus};
-use waymark_tests::{eventually, python, TestSchema};
-use waymark_worker::{TaskError, Worker};
+use waymark_tests::{eventually, python, test_worker, until_status, TestSchema, TestWorker};
+use waymark_worker::TaskError;
 
 /// An SDK set-up of the test's own (never the global one), with the
 /// telemetry made on it.
@@ -49,9 +49,12 @@ impl Otel {
             pool = pool.schema(schema);
         }
         let pool = pool.build().expect("pool");
-        let options = schema.map(waymark_store::ConnectOptions::schema).unwrap_or_default();
+        let mut options = waymark_store::ConnectOptions::new().observer(Arc::new(self.telemetry.clone()));
+        if let Some(schema) = schema {
+            options = options.schema(schema);
+        }
         let store = Store::connect(pool.clone(), options).await.expect("connect");
-        (Arc::new(store.with_observer(Arc::new(self.telemetry.clone()))), pool)
+        (Arc::new(store), pool)
     }
 
     /// Every metric as of now (cumulative: the export holds the totals).
@@ -125,10 +128,6 @@ fn gauge(metrics: &Metrics, name: &str, want: &[(&str, &str)]) -> Option<i64> {
     }
 }
 
-async fn status_of(store: &Store<PgPool>, id: &str) -> TaskStatus {
-    store.fetch(id).await.expect("fetch").status
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metrics_count_what_the_test_did() {
     let schema = TestSchema::new().await;
@@ -136,11 +135,9 @@ async fn the_metrics_count_what_the_test_did() {
     let (store, pool) = otel.store(&schema.url, Some(&schema.schema)).await;
     let depths = otel.telemetry.observe_queues((*store).clone(), Duration::from_secs(3600));
     let _pool_metrics = otel.telemetry.observe_pool("tests", &pool);
-    let w = Worker::builder(store.clone())
-        .queues(["tm"])
+    let worker = test_worker(&store, "tm")
         .concurrency(8)
-        .lease(Duration::from_secs(2))
-        .heartbeat_interval(Duration::from_millis(100))
+        .beating_lease(Duration::from_secs(2))
         .poll_interval(Duration::from_millis(200))
         .retry_backoff(Duration::from_millis(10), Duration::from_millis(10))
         .shutdown_grace(Duration::from_millis(200))
@@ -157,10 +154,7 @@ async fn the_metrics_count_what_the_test_did() {
             ctx.cancelled().await;
             Ok(())
         })
-        .build()
-        .expect("worker");
-    let handle = w.handle();
-    let run = tokio::spawn(w.run());
+        .start();
 
     let task = |name: &str, n: i32| NewTask::new(name, json!({"n": n})).queue("tm").max_attempts(3);
     for n in 0..10 {
@@ -184,12 +178,8 @@ async fn the_metrics_count_what_the_test_did() {
 
     // A lease lost: another worker takes the task mid-run.
     let stolen = store.submit(task("hold", 0)).await.expect("submit");
-    eventually(Duration::from_secs(20), "the held task running", || {
-        let store = store.clone();
-        let id = stolen.id.clone();
-        async move { status_of(&store, &id).await == TaskStatus::Running }
-    })
-    .await;
+    until_status(Duration::from_secs(20), "the held task running", &store, &stolen.id, TaskStatus::Running)
+        .await;
     schema.steal_lease(&stolen.id, "thief").await;
     eventually(Duration::from_secs(20), "the lost lease counted", || {
         let m = otel.collect();
@@ -199,14 +189,15 @@ async fn the_metrics_count_what_the_test_did() {
 
     // A give-back: shutdown stops a run.
     let held = store.submit(task("hold", 1)).await.expect("submit");
-    eventually(Duration::from_secs(20), "the second held task running", || {
-        let store = store.clone();
-        let id = held.id.clone();
-        async move { status_of(&store, &id).await == TaskStatus::Running }
-    })
+    until_status(
+        Duration::from_secs(20),
+        "the second held task running",
+        &store,
+        &held.id,
+        TaskStatus::Running,
+    )
     .await;
-    handle.shutdown();
-    run.await.expect("the worker stops");
+    worker.stop().await;
     depths.refresh().await.expect("read the depths");
 
     let m = otel.collect();
@@ -333,8 +324,7 @@ async fn a_submitters_span_is_the_parent_of_its_tasks_run_and_of_what_the_run_do
     let otel = otel();
     let (store, _pool) = otel.store(&schema.url, Some(&schema.schema)).await;
     let handler_tracer = otel.tracers.tracer("handler");
-    let w = Worker::builder(store.clone())
-        .queues(["tr"])
+    let worker = test_worker(&store, "tr")
         .settle_batch(1, Duration::ZERO)
         .task("parent", move |ctx, _p: Json| {
             let tracer = handler_tracer.clone();
@@ -349,10 +339,7 @@ async fn a_submitters_span_is_the_parent_of_its_tasks_run_and_of_what_the_run_do
             }
         })
         .task("child", |_ctx, _p: Json| async move { Ok(json!("done")) })
-        .build()
-        .expect("worker");
-    let handle = w.handle();
-    let run = tokio::spawn(w.run());
+        .start();
 
     let request = otel.tracers.tracer("test").start("incoming request");
     let request_cx = Context::current_with_span(request);
@@ -371,8 +358,7 @@ async fn a_submitters_span_is_the_parent_of_its_tasks_run_and_of_what_the_run_do
         TaskStatus::Succeeded
     );
     request_cx.span().end();
-    handle.shutdown();
-    run.await.expect("the worker stops");
+    worker.stop().await;
 
     let spans = otel.spans();
     let trace = request_cx.span().span_context().trace_id();
@@ -434,13 +420,7 @@ async fn a_traced_python_clients_task_runs_in_its_trace() {
     let db = waymark_tests::TestDatabase::new().await;
     let otel = otel();
     let (store, _pool) = otel.store(&db.url, None).await;
-    let w = Worker::builder(store.clone())
-        .queues(["py"])
-        .task("from.python", |_ctx, p: Json| async move { Ok(p) })
-        .build()
-        .expect("worker");
-    let handle = w.handle();
-    let run = tokio::spawn(w.run());
+    let worker = test_worker(&store, "py").task("from.python", |_ctx, p: Json| async move { Ok(p) }).start();
 
     let url = db.url.clone();
     let out = tokio::task::spawn_blocking(move || {
@@ -454,8 +434,7 @@ async fn a_traced_python_clients_task_runs_in_its_trace() {
     let id = out["id"].as_str().expect("id");
     assert!(out["metadata"]["traceparent"].is_string(), "Python's propagator wrote the key: {out}");
     assert_eq!(store.wait(id, Duration::from_secs(30)).await.expect("the run").status, TaskStatus::Succeeded);
-    handle.shutdown();
-    run.await.expect("the worker stops");
+    worker.stop().await;
 
     let spans = otel.spans();
     let run_span = span_of(&spans, "run py", |s| {
@@ -487,17 +466,12 @@ async fn a_real_prometheus_scrapes_the_counts_the_test_made() {
         .expect("Prometheus starts");
 
     let pool = PgPool::builder(&schema.url).max_size(4).schema(&schema.schema).build().expect("pool");
-    let store =
-        Store::connect(pool, waymark_store::ConnectOptions::schema(&schema.schema)).await.expect("connect");
-    let store = Arc::new(store.with_observer(Arc::new(telemetry)));
-    let w = Worker::builder(store.clone())
-        .queues(["prom"])
+    let options = waymark_store::ConnectOptions::new().schema(&schema.schema).observer(Arc::new(telemetry));
+    let store = Arc::new(Store::connect(pool, options).await.expect("connect"));
+    let worker = test_worker(&store, "prom")
         .task("ok", |_ctx, p: Json| async move { Ok(p) })
         .task("bad", |_ctx, _p: Json| async move { Err::<(), _>(TaskError::new("never").retryable(false)) })
-        .build()
-        .expect("worker");
-    let handle = w.handle();
-    let run = tokio::spawn(w.run());
+        .start();
     store
         .submit_batch((0..25).map(|n| NewTask::new("ok", json!({"n": n})).queue("prom")))
         .await
@@ -513,8 +487,7 @@ async fn a_real_prometheus_scrapes_the_counts_the_test_made() {
         }
     })
     .await;
-    handle.shutdown();
-    run.await.expect("the worker stops");
+    worker.stop().await;
 
     // What Prometheus scraped and stored, read through its query API.
     let want = [
@@ -552,16 +525,14 @@ async fn a_settlement_whose_answer_was_lost_counts_as_settled_not_as_a_lost_leas
     // finds the lease gone (its first run committed) and answers so.
     let proxy = proxy_for(&schema.url).await;
     let pool = pool_through(&proxy, &schema).max_size(4).listen_url(&schema.url).build().expect("pool");
-    let store = waymark_tests::connect_in(pool, &schema).await;
-    let store = Arc::new(store.with_observer(Arc::new(otel.telemetry.clone())));
-    let w = Worker::builder(store.clone())
-        .queues(["cut"])
+    let options = waymark_store::ConnectOptions::new()
+        .schema(&schema.schema)
+        .observer(Arc::new(otel.telemetry.clone()));
+    let store = Arc::new(Store::connect(pool, options).await.expect("connect"));
+    let worker = test_worker(&store, "cut")
         .settle_batch(1, Duration::ZERO)
         .task("ok", |_ctx, p: Json| async move { Ok(p) })
-        .build()
-        .expect("worker");
-    let handle = w.handle();
-    let run = tokio::spawn(w.run());
+        .start();
     proxy.arm("then 'succeeded' else 'canceled'");
     let task = store.submit(NewTask::new("ok", json!({})).queue("cut")).await.expect("submit");
     assert_eq!(
@@ -578,8 +549,7 @@ async fn a_settlement_whose_answer_was_lost_counts_as_settled_not_as_a_lost_leas
         }
     })
     .await;
-    handle.shutdown();
-    run.await.expect("the worker stops");
+    worker.stop().await;
     assert_eq!(proxy.cuts(), 1, "the complete's answer was cut");
     let m = otel.collect();
     assert_eq!(

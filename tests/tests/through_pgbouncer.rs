@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use waymark_pool::PgPool;
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::Lease;
 use waymark_store::{ConnectOptions, Store};
 use waymark_tests::cluster::server_url;
@@ -53,6 +54,7 @@ async fn conformance_scenarios_pass_through_pgbouncer_in_transaction_mode() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waits_through_pgbouncer_finish_by_polling() {
     use std::time::{Duration, Instant};
+    use waymark_store::protocol::Statement;
     use waymark_store::{ClaimRequest, NewTask, TaskStatus};
 
     let (host, port) = host_and_port(&server_url());
@@ -63,20 +65,18 @@ async fn waits_through_pgbouncer_finish_by_polling() {
     .expect("pgbouncer");
     let db = TestDatabase::new().await;
     let pool = PgPool::builder(bouncer.url(&db.name)).max_size(4).build().expect("pool");
-    let store = std::sync::Arc::new(Store::connect(pool, ConnectOptions::default()).await.expect("connect"));
+    let connected = Store::connect(pool, ConnectOptions::default()).await.expect("connect");
+    // Counts the waits' reads of a task's status: each commit below lands
+    // once its waiter has read the row, and so can only be found by a poll.
+    let (store, mut reads) = waymark_tests::fault_executor::counted(&connected, Statement::GetStatus);
+    let store = std::sync::Arc::new(store);
     for i in 0..5 {
         let task =
             store.submit(NewTask::new("bounced", serde_json::json!({ "i": i }))).await.expect("submit");
         store.claim(&ClaimRequest::new("w", ["default"]).limit(1)).await.expect("claim");
-        let waiter = {
-            let (store, id) = (store.clone(), task.id.clone());
-            tokio::spawn(async move {
-                store.wait(&id, Duration::from_secs(20)).await.map(|t| (Instant::now(), t))
-            })
-        };
-        // Real time: the waiter parked on its backstop before the commit;
-        // nothing outside the store marks that moment.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let first_read = reads.so_far() + 1;
+        let waiter = waymark_tests::wait_kit::spawn_wait(&store, &task.id, Duration::from_secs(20));
+        reads.reach(first_read).await;
         store.complete(&Lease::new(&task.id, "w"), serde_json::json!(i)).await.expect("complete");
         let committed = Instant::now();
         let (returned, done) = waiter.await.expect("waiter").expect("wait");
@@ -87,6 +87,6 @@ async fn waits_through_pgbouncer_finish_by_polling() {
         assert!(late < Duration::from_millis(1500), "round {i}: {late:?}, past the 500 ms backstop");
     }
     assert!(!store.is_listening(), "no LISTEN through a transaction-mode pooler");
-    drop(store);
+    drop((store, connected));
     db.drop().await;
 }

@@ -7,19 +7,31 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use waymark_pool::PgPool;
-use waymark_store::{ClaimRequest, NewTask, Store, TaskStatus};
-use waymark_store::{Lease, PgExecutor as _};
-use waymark_tests::{eventually, pool_store, TestDatabase, TestSchema};
+use waymark_store::protocol::Statement;
+use waymark_store::worker_protocol::WorkerProtocol;
+use waymark_store::Lease;
+use waymark_store::{ClaimRequest, NewTask, PgExecutor, Store, TaskStatus};
+use waymark_tests::fault_executor::{counted, Answers, Tapped};
+use waymark_tests::wait_kit::spawn_wait;
+use waymark_tests::{eventually, pool_store, test_worker, TestDatabase, TestSchema, TestWorker};
 
 waymark_tests::wait_contract!(waymark_tests::pool_store);
 
 /// Starts the store's done listener with a first wait, and waits until it
 /// is up (its first "may have missed").
-async fn listening(store: &Store<PgPool>) {
+async fn listening<E: PgExecutor>(store: &Store<E>) {
     let first = store.wait("task_none", Duration::from_millis(1)).await;
     assert!(first.is_err_and(|e| e.is_not_found()), "a wait on no task");
     eventually(Duration::from_secs(10), "the listener up", || async { store.is_listening() }).await;
     // Live means the hub listens and its self-probe came back.
+}
+
+/// A store on `store`'s executor that counts its waits' reads of a task's
+/// status: a test commits once a waiter has read the row, and so can only
+/// be woken (or poll), never answer from that read.
+fn counting_reads<E: PgExecutor + Clone>(store: &Store<E>) -> (Arc<Store<Tapped<E>>>, Answers) {
+    let (store, reads) = counted(store, Statement::GetStatus);
+    (Arc::new(store), reads)
 }
 
 fn percentile(sorted: &[Duration], q: f64) -> Duration {
@@ -29,27 +41,19 @@ fn percentile(sorted: &[Duration], q: f64) -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_returns_within_milliseconds_of_the_completion_commit() {
     let schema = TestSchema::new().await;
-    let store = Arc::new(pool_store(&schema).await);
+    let (store, mut reads) = counting_reads(&pool_store(&schema).await);
     listening(&store).await;
     let mut took = Vec::with_capacity(200);
     for i in 0..200 {
         let task = store.submit(NewTask::new("lat", json!({ "i": i })).queue("lat")).await.expect("submit");
         let claimed = store.claim(&ClaimRequest::new("w", ["lat"]).limit(1)).await.expect("claim");
         assert_eq!(claimed.len(), 1);
-        let waiter = {
-            let (store, id) = (store.clone(), task.id.clone());
-            tokio::spawn(async move {
-                let t = store.wait(&id, Duration::from_secs(10)).await.expect("wait");
-                (Instant::now(), t)
-            })
-        };
-        // Real time: the waiter must have read the row and be parked on its
-        // backstop before the commit, and nothing outside the store marks
-        // that moment (done too early, the wait would answer from its read).
-        tokio::time::sleep(Duration::from_millis(15)).await;
+        let first_read = reads.so_far() + 1;
+        let waiter = spawn_wait(&store, &task.id, Duration::from_secs(10));
+        reads.reach(first_read).await;
         store.complete(&Lease::new(&task.id, "w"), json!(i)).await.expect("complete");
         let committed = Instant::now();
-        let (returned, done) = waiter.await.expect("waiter");
+        let (returned, done) = waiter.await.expect("waiter").expect("wait");
         assert_eq!(done.status, TaskStatus::Succeeded);
         took.push(returned.saturating_duration_since(committed));
     }
@@ -73,12 +77,7 @@ async fn a_completion_racing_the_first_read_is_not_lost() {
     for i in 0..50 {
         let task = store.submit(NewTask::new("race", json!({ "i": i })).queue("race")).await.expect("submit");
         store.claim(&ClaimRequest::new("w", ["race"]).limit(1)).await.expect("claim");
-        let waiter = {
-            let (store, id) = (store.clone(), task.id.clone());
-            tokio::spawn(async move {
-                store.wait(&id, Duration::from_secs(10)).await.map(|t| (Instant::now(), t))
-            })
-        };
+        let waiter = spawn_wait(&store, &task.id, Duration::from_secs(10));
         store.complete(&Lease::new(&task.id, "w"), json!(i)).await.expect("complete");
         let committed = Instant::now();
         let (returned, done) = waiter.await.expect("waiter").expect("wait");
@@ -140,17 +139,15 @@ async fn five_thousand_waiters_share_one_listener() {
 async fn waits_finish_across_a_killed_listener_and_listening_comes_back() {
     // A database of its own: other tests' hubs would be counted (and killed).
     let db = TestDatabase::new().await;
-    let store = Arc::new(db_store(&db).await);
+    let (store, mut reads) = counting_reads(&db_store(&db).await);
     listening(&store).await;
     let admin = waymark_tests::db::admin_client(&db.url).await;
     let task = store.submit(NewTask::new("kill", json!({})).queue("kill")).await.expect("submit");
     store.claim(&ClaimRequest::new("w", ["kill"]).limit(1)).await.expect("claim");
-    let waiter = {
-        let (store, id) = (store.clone(), task.id.clone());
-        tokio::spawn(async move { store.wait(&id, Duration::from_secs(20)).await })
-    };
-    // Real time: the waiter parked before the listener is killed (see above).
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let first_read = reads.so_far() + 1;
+    let waiter = spawn_wait(&store, &task.id, Duration::from_secs(20));
+    // The listener is killed once the waiter has read the row.
+    reads.reach(first_read).await;
     let killed: i64 = admin
         .query_one(
             "select count(pg_terminate_backend(pid)) from pg_stat_activity \
@@ -162,7 +159,7 @@ async fn waits_finish_across_a_killed_listener_and_listening_comes_back() {
         .get(0);
     assert_eq!(killed, 1, "one listener to kill");
     store.complete(&Lease::new(&task.id, "w"), json!("after the kill")).await.expect("complete");
-    let done = waiter.await.expect("waiter").expect("the wait still finishes");
+    let (_, done) = waiter.await.expect("waiter").expect("the wait still finishes");
     assert_eq!(done.result, Some(json!("after the kill")));
     // The hub reconnects by itself; pushed waits work again.
     eventually(Duration::from_secs(10), "the listener back", || async {
@@ -180,20 +177,18 @@ async fn waits_finish_across_a_killed_listener_and_listening_comes_back() {
     .await;
     let again = store.submit(NewTask::new("kill", json!({})).queue("kill")).await.expect("submit");
     store.claim(&ClaimRequest::new("w", ["kill"]).limit(1)).await.expect("claim");
-    let waiter = {
-        let (store, id) = (store.clone(), again.id.clone());
-        tokio::spawn(async move { store.wait(&id, Duration::from_secs(20)).await.map(|_| Instant::now()) })
-    };
-    // Real time: the commit comes between two of the waiter's backstop
-    // reads (100 ms apart, then half as long again each time: about 100,
-    // 250, 475, 812 and 1,312 ms after it parked, each a little later for
-    // the reads' own time), so a wait that only polled would return about
-    // 400 ms after it, and a pushed one at once; the bound between them
-    // leaves a loaded machine room.
-    tokio::time::sleep(Duration::from_millis(910)).await;
+    let fifth_read = reads.so_far() + 5;
+    let waiter = spawn_wait(&store, &again.id, Duration::from_secs(20));
+    // The commit comes just after the waiter's fifth read: its backstop
+    // (100 ms, then half as long again each time: reads about 0, 100, 250,
+    // 475, 812 and 1,312 ms after it began) is then 500 ms away, so a wait
+    // that only polled would return about 500 ms after the commit, and a
+    // pushed one at once; the bound between them leaves a loaded machine
+    // room.
+    reads.reach(fifth_read).await;
     store.complete(&Lease::new(&again.id, "w"), json!(2)).await.expect("complete");
     let committed = Instant::now();
-    let returned = waiter.await.expect("waiter").expect("wait");
+    let (returned, _) = waiter.await.expect("waiter").expect("wait");
     assert!(
         returned.saturating_duration_since(committed) < Duration::from_millis(300),
         "pushed again after the reconnect"
@@ -232,28 +227,23 @@ async fn a_worker_listens_to_queued_only_and_a_first_wait_adds_done() {
     let store =
         Arc::new(Store::connect(pool, waymark_store::ConnectOptions::default()).await.expect("connect"));
     assert_eq!(notify_sessions(&db).await, 0, "connect listens to nothing yet");
-    let worker = waymark_worker::Worker::builder(store.clone())
-        .queues(["only"])
+    let worker = test_worker(&store, "only")
         .poll_interval(Duration::from_secs(30))
         .task("only", |_ctx, _p: serde_json::Value| async move { Ok(()) })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
+        .start();
     eventually(Duration::from_secs(10), "the worker's watch listening", || async { store.is_watching() })
         .await;
     for i in 0..20 {
         store.submit(NewTask::new("only", json!({ "i": i })).queue("only")).await.expect("submit");
     }
     // Within 10 s: pushed by cairnq_queued, not its 30 s poll.
-    tokio::time::timeout(Duration::from_secs(10), handle.until_settled(20)).await.expect("twenty settled");
+    tokio::time::timeout(Duration::from_secs(10), worker.until_settled(20)).await.expect("twenty settled");
     assert!(!store.is_listening(), "no done stream while nothing waits");
     assert_eq!(notify_sessions(&db).await, 1, "one listener: cairnq_queued");
 
     listening(&store).await;
     assert_eq!(notify_sessions(&db).await, 2, "the first wait adds the cairnq_done listener");
-    handle.shutdown();
-    run.await.expect("worker ends");
+    worker.stop().await;
     drop(store);
     db.drop().await;
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use waymark_store::{NewTask, TaskStatus};
-use waymark_tests::{eventually, pool_store, TestSchema};
-use waymark_worker::{TaskError, Worker};
+use waymark_tests::{eventually, pool_store, test_worker, TestSchema, TestWorker};
+use waymark_worker::TaskError;
 
 const TASKS: usize = 24;
 
@@ -48,8 +48,7 @@ async fn a_killed_worker_loses_nothing_and_settles_nothing_twice() {
 
     // A second worker finishes everything once the leases (1.5 s) expire.
     let runs_table = q("insert into crash_runs (task_id, attempt, worker_id) values ($1, $2, $3)");
-    let worker = Worker::builder(store.clone())
-        .queues(["crash"])
+    let worker = test_worker(&store, "crash")
         .concurrency(8)
         .poll_interval(Duration::from_millis(200))
         .worker_id("survivor")
@@ -66,16 +65,12 @@ async fn a_killed_worker_loses_nothing_and_settles_nothing_twice() {
                 Ok(())
             }
         })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
+        .start();
     eventually(Duration::from_secs(30), "every task succeeded", || async {
         store.stats(Some("crash")).await.expect("stats")["crash"].succeeded == TASKS as i64
     })
     .await;
-    handle.shutdown();
-    run.await.expect("worker ends");
+    worker.stop().await;
 
     let mut rerun = 0;
     for id in &ids {

@@ -6,17 +6,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::broadcast::Receiver;
-use waymark_pool::PgPool;
 use waymark_store::{NewTask, TaskStatus};
-use waymark_tests::{pool_store, TestSchema};
-use waymark_worker::{CancelReason, Worker, WorkerEvent, WorkerHandle};
-
-/// Runs `w` in the background, subscribed to its events before it starts.
-fn start(w: Worker<PgPool>) -> (WorkerHandle, Receiver<WorkerEvent>, tokio::task::JoinHandle<()>) {
-    let handle = w.handle();
-    let events = handle.events();
-    (handle, events, tokio::spawn(w.run()))
-}
+use waymark_tests::{pool_store, test_worker, TestSchema, TestWorker};
+use waymark_worker::{CancelReason, WorkerEvent};
 
 /// The next event, or a panic naming what was awaited.
 async fn next(events: &mut Receiver<WorkerEvent>, what: &str) -> WorkerEvent {
@@ -31,13 +23,11 @@ async fn next(events: &mut Receiver<WorkerEvent>, what: &str) -> WorkerEvent {
 async fn a_subscriber_sees_claims_settlements_lost_leases_give_backs_and_the_stop() {
     let schema = TestSchema::new().await;
     let store = Arc::new(pool_store(&schema).await);
-    let w = Worker::builder(store.clone())
-        .queues(["ev"])
-        .lease(Duration::from_secs(2))
-        .heartbeat_interval(Duration::from_millis(100))
+    let (worker, mut events) = test_worker(&store, "ev")
+        .beating_lease(Duration::from_secs(2))
         // No poll of this worker's may recover the lease the test expires:
         // the thief below must be the one to take the task.
-        .poll_interval(Duration::from_secs(60))
+        .no_poll()
         .shutdown_grace(Duration::from_millis(200))
         .task("ok", |_ctx, p: serde_json::Value| async move { Ok(p) })
         .task("fails", |_ctx, _p: serde_json::Value| async move {
@@ -50,9 +40,7 @@ async fn a_subscriber_sees_claims_settlements_lost_leases_give_backs_and_the_sto
             assert_ne!(reason, CancelReason::Requested);
             Ok(())
         })
-        .build()
-        .expect("worker");
-    let (handle, mut events, run) = start(w);
+        .start_with_events();
 
     let ok = store.submit(NewTask::new("ok", json!({"n": 1})).queue("ev")).await.expect("submit");
     assert_eq!(
@@ -89,13 +77,14 @@ async fn a_subscriber_sees_claims_settlements_lost_leases_give_backs_and_the_sto
     assert!(
         matches!(next(&mut events, "the claim").await, WorkerEvent::Claimed { ref task_id, .. } if *task_id == back.id)
     );
-    handle.shutdown();
+    worker.shutdown();
     assert_eq!(
         next(&mut events, "the give-back").await,
         WorkerEvent::GivenBack { task_id: back.id.clone(), attempt: 1, status: TaskStatus::Queued }
     );
     assert_eq!(next(&mut events, "the stop").await, WorkerEvent::Stopped);
-    run.await.expect("worker ends");
+    let handle = worker.handle();
+    worker.stop().await;
     let row = store.fetch(&back.id).await.expect("fetch");
     assert_eq!((row.status, row.attempt), (TaskStatus::Queued, 0), "the event says what the row holds");
     assert_eq!(handle.settled(), 3, "two settlements and one give-back");
@@ -106,25 +95,22 @@ async fn a_subscriber_sees_claims_settlements_lost_leases_give_backs_and_the_sto
 async fn complete_in_is_reported_as_a_settlement() {
     let schema = TestSchema::new().await;
     let store = Arc::new(pool_store(&schema).await);
-    let w = Worker::builder(store.clone())
-        .queues(["ev-tx"])
+    let (worker, mut events) = test_worker(&store, "ev-tx")
         .task("own", |ctx, _p: serde_json::Value| async move {
             let tx = ctx.begin().await?;
             ctx.complete_in(tx, json!("mine")).await?;
             Ok(())
         })
-        .build()
-        .expect("worker");
-    let (handle, mut events, run) = start(w);
+        .start_with_events();
     let t = store.submit(NewTask::new("own", json!({})).queue("ev-tx")).await.expect("submit");
     assert!(matches!(next(&mut events, "the claim").await, WorkerEvent::Claimed { .. }));
     assert_eq!(
         next(&mut events, "the handler's settlement").await,
         WorkerEvent::Settled { task_id: t.id.clone(), attempt: 1, status: TaskStatus::Succeeded }
     );
-    handle.shutdown();
+    worker.shutdown();
     assert_eq!(next(&mut events, "the stop").await, WorkerEvent::Stopped, "and nothing settles it twice");
-    run.await.expect("worker ends");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -150,16 +136,17 @@ async fn an_observer_panicking_as_a_run_ends_spoils_no_other_task_s_record() {
         }
     }
     let schema = TestSchema::new().await;
-    let store = Arc::new(pool_store(&schema).await.with_observer(Arc::new(PanicsForSome)));
-    let w = Worker::builder(store.clone())
-        .queues(["ev-obs"])
+    let options = waymark_store::ConnectOptions::new().observer(Arc::new(PanicsForSome));
+    let store = Arc::new(
+        waymark_store::Store::with_options(pool_store(&schema).await.into_executor(), options)
+            .expect("store"),
+    );
+    let (worker, mut events) = test_worker(&store, "ev-obs")
         .concurrency(16)
         // A long window: the ten answers come back in one batch.
         .settle_batch(64, Duration::from_millis(300))
         .task("t", |_ctx, _p: serde_json::Value| async move { Ok(()) })
-        .build()
-        .expect("worker");
-    let (handle, mut events, run) = start(w);
+        .start_with_events();
     let tasks: Vec<NewTask> =
         (0..10).map(|i| NewTask::new("t", json!({ "boom": i == 3 || i == 7 })).queue("ev-obs")).collect();
     let ids = store.submit_batch(tasks).await.expect("submit");
@@ -173,7 +160,7 @@ async fn an_observer_panicking_as_a_run_ends_spoils_no_other_task_s_record() {
     }
     assert_eq!(reported, all, "every task is reported, those whose observer panicked too");
     waymark_tests::eventually(Duration::from_secs(10), "all ten counted settled", || async {
-        handle.settled() == 10
+        worker.settled() == 10
     })
     .await;
     let after = store.submit(NewTask::new("t", json!({})).queue("ev-obs")).await.expect("submit");
@@ -184,7 +171,6 @@ async fn an_observer_panicking_as_a_run_ends_spoils_no_other_task_s_record() {
             }
         }
     }
-    handle.shutdown();
-    run.await.expect("worker ends");
+    worker.stop().await;
     schema.drop().await;
 }

@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use waymark_pool::PgPool;
 use waymark_store::protocol::Statement;
+use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{NewTask, PgExecutor, Store, Task, TaskStatus};
 use waymark_tests::fault_executor::hooked;
-use waymark_tests::proxy::{pool_through, proxy_for, AnswerCuttingProxy};
-use waymark_tests::{connect_in, eventually, pool_store, TestSchema};
-use waymark_worker::{CancelReason, TaskError, Worker};
+use waymark_tests::proxy::{proxy_for, store_behind, AnswerCuttingProxy};
+use waymark_tests::{eventually, pool_store, test_worker, TestSchema, TestWorker};
+use waymark_worker::{CancelReason, TaskError};
 
 async fn status_of<E: PgExecutor>(store: &Store<E>, id: &str) -> (TaskStatus, i32) {
     let t = store.fetch(id).await.expect("fetch");
@@ -50,13 +51,7 @@ async fn until_each<E: PgExecutor>(
 /// signals still arrive, and nothing else talks through the proxy).
 async fn behind_a_proxy(schema: &TestSchema) -> (AnswerCuttingProxy, Arc<Store<PgPool>>) {
     let proxy = proxy_for(&schema.url).await;
-    let pool = pool_through(&proxy, schema)
-        .max_size(4)
-        .retry_attempts(0)
-        .listen_url(&schema.url)
-        .build()
-        .expect("pool");
-    let store = Arc::new(connect_in(pool, schema).await);
+    let store = Arc::new(store_behind(&proxy, schema).await);
     (proxy, store)
 }
 
@@ -80,7 +75,7 @@ async fn a_handler_that_obeys_shutdown_gives_its_task_back_unspent() {
     // be given back like any other answer, and prove nothing.
     let reasons = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = reasons.clone();
-    let worker = Worker::builder(store.clone())
+    let worker = test_worker(&store, "default")
         .concurrency(4)
         .shutdown_grace(Duration::from_millis(100))
         .task("obeys", move |ctx, p: serde_json::Value| {
@@ -95,10 +90,7 @@ async fn a_handler_that_obeys_shutdown_gives_its_task_back_unspent() {
                 }
             }
         })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
+        .start();
     until_each(
         &store,
         &ids.iter().map(String::as_str).collect::<Vec<_>>(),
@@ -106,8 +98,7 @@ async fn a_handler_that_obeys_shutdown_gives_its_task_back_unspent() {
         |(st, _)| st == TaskStatus::Running,
     )
     .await;
-    handle.shutdown();
-    run.await.expect("worker ends");
+    worker.stop().await;
     for id in &ids {
         assert_given_back(&store.fetch(id).await.expect("fetch"));
     }
@@ -130,7 +121,7 @@ async fn a_handler_stuck_in_blocking_code_cannot_hold_shutdown() {
     // longer than shutdown may take.
     let blocked_for = Duration::from_secs(8);
     let lease = Duration::from_secs(2);
-    let worker = Worker::builder(store.clone())
+    let worker = test_worker(&store, "default")
         .concurrency(4)
         .lease(lease)
         .shutdown_grace(grace)
@@ -142,17 +133,13 @@ async fn a_handler_stuck_in_blocking_code_cannot_hold_shutdown() {
             ctx.cancelled().await;
             Ok(json!({}))
         })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
+        .start();
     until_each(&store, &[stuck.as_str(), polite.as_str()], "both tasks running", |(st, _)| {
         st == TaskStatus::Running
     })
     .await;
     let asked = Instant::now();
-    handle.shutdown();
-    run.await.expect("worker ends");
+    worker.stop().await;
     let took = asked.elapsed();
     // The bound: grace, then 0.5 s stop grace, 2 s settle bound, 0.1 s for
     // aborted runs, the releases; far below the 8 s block.
@@ -214,25 +201,21 @@ async fn blocking_among_quick_calls(blocking_first: bool) {
     // so their batcher not held) while the blocking one still holds its
     // thread.
     let blocked_for = Duration::from_secs(4);
-    let worker = Worker::builder(store.clone())
+    let worker = test_worker(&store, "default")
         .concurrency(64)
         .task("blocks", move |_ctx, _p: serde_json::Value| async move {
             std::thread::sleep(blocked_for);
             Ok(json!({}))
         })
-        .task("quick", |_ctx, _p: serde_json::Value| async move { Ok(json!({})) })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
+        .task("quick", |_ctx, _p: serde_json::Value| async move { Ok(json!({})) });
     let started = Instant::now();
-    let run = tokio::spawn(worker.run());
+    let worker = worker.start();
     let quick: Vec<&str> = quick.iter().map(String::as_str).collect();
     until_each(&store, &quick, "every quick task done", |(st, _)| st == TaskStatus::Succeeded).await;
     let took = started.elapsed();
     assert!(took < blocked_for, "the quick calls waited {took:?}, behind the blocked handler");
     assert_eq!(status_of(&store, blocking).await.0, TaskStatus::Running, "the blocking call still runs");
-    handle.shutdown();
-    run.await.expect("worker ends");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -241,7 +224,7 @@ async fn a_release_that_fails_is_tried_again_while_the_lease_lasts() {
     let schema = TestSchema::new().await;
     let (proxy, store) = behind_a_proxy(&schema).await;
     let id = store.submit(NewTask::new("deaf", json!({}))).await.expect("submit").id;
-    let worker = Worker::builder(store.clone())
+    let worker = test_worker(&store, "default")
         .lease(Duration::from_secs(30))
         .shutdown_grace(Duration::from_millis(100))
         // Ignores its token: shutdown drops it after its short stop grace.
@@ -249,24 +232,21 @@ async fn a_release_that_fails_is_tried_again_while_the_lease_lasts() {
             std::future::pending::<()>().await;
             Ok(json!({}))
         })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
+        .start();
     until_each(&store, &[id.as_str()], "the task running", |(st, _)| st == TaskStatus::Running).await;
     // The server is away when the release is first tried (after the grace
     // and the stop grace), and back once the worker has tried three times
     // (nothing else talks to it through the proxy meanwhile: claims
     // stopped, LISTEN goes around it, and the next heartbeat is 10 s away).
     proxy.set_down(true);
-    handle.shutdown();
+    worker.shutdown();
     eventually(Duration::from_secs(10), "the release tried again while the server is away", || async {
         proxy.refused() >= 3
     })
     .await;
-    assert!(!run.is_finished(), "the worker still tries to give its task back");
+    assert!(!worker.is_finished(), "the worker still tries to give its task back");
     proxy.set_down(false);
-    run.await.expect("worker ends");
+    worker.stop().await;
     assert_given_back(&store.fetch(&id).await.expect("fetch"));
     schema.drop().await;
 }
@@ -284,21 +264,17 @@ async fn a_claim_task_that_panics_gives_its_slots_back() {
     });
     let store = Arc::new(store);
     let id = store.submit(NewTask::new("after.panic", json!({}))).await.expect("submit").id;
-    let worker = Worker::builder(store.clone())
+    let worker = test_worker(&store, "default")
         .concurrency(2)
         .poll_interval(Duration::from_millis(50))
         .task("after.panic", |_ctx, _p: serde_json::Value| async move { Ok(json!({"ran": true})) })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
+        .start();
     until_each(&store, &[id.as_str()], "the task to run after the claim that panicked", |(st, _)| {
         st == TaskStatus::Succeeded
     })
     .await;
     assert!(panicked.load(Ordering::SeqCst), "the claim did panic");
-    handle.shutdown();
-    run.await.expect("worker ends");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -311,12 +287,11 @@ async fn a_reclaimed_task_still_winding_down_counts_against_the_concurrency() {
     let (release, released) = tokio::sync::watch::channel(false);
     let starts = Arc::new(AtomicUsize::new(0));
     let n = starts.clone();
-    let worker = Worker::builder(store.clone())
+    let worker = test_worker(&store, "default")
         .concurrency(2)
         // Long enough that the second run's lease never runs out on a
         // loaded machine: the first run's is ended by hand below.
-        .lease(Duration::from_secs(5))
-        .heartbeat_interval(Duration::from_millis(100))
+        .beating_lease(Duration::from_secs(5))
         .poll_interval(Duration::from_millis(50))
         // Both runs of the task hold on, the lost one included.
         .task("held", move |_ctx, _p: serde_json::Value| {
@@ -328,15 +303,12 @@ async fn a_reclaimed_task_still_winding_down_counts_against_the_concurrency() {
             }
         })
         .task("other", |_ctx, _p: serde_json::Value| async move { Ok(json!({})) })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
+        .start();
     until_each(&store, &[held.as_str()], "the task claimed", |st| st == (TaskStatus::Running, 1)).await;
     // The lease runs out while the run goes on (its heartbeats paused, its
     // deadline moved to the past); this worker's own claim recovers the
     // task and runs it again.
-    handle.pause_heartbeats(true);
+    worker.pause_heartbeats(true);
     store
         .executor()
         .execute_script(&format!(
@@ -348,11 +320,11 @@ async fn a_reclaimed_task_still_winding_down_counts_against_the_concurrency() {
     eventually(
         Duration::from_secs(20),
         "the task re-claimed and started again by the same worker",
-        || async { starts.load(Ordering::SeqCst) == 2 && handle.running() == 2 },
+        || async { starts.load(Ordering::SeqCst) == 2 && worker.running() == 2 },
     )
     .await;
     assert_eq!(status_of(&store, &held).await, (TaskStatus::Running, 2));
-    handle.pause_heartbeats(false);
+    worker.pause_heartbeats(false);
     let other = store.submit(NewTask::new("other", json!({}))).await.expect("submit").id;
     // A negative check needs time: several poll intervals and queued
     // signals pass without a claim beyond the two slots.
@@ -365,8 +337,7 @@ async fn a_reclaimed_task_still_winding_down_counts_against_the_concurrency() {
     .await;
     assert_eq!(status_of(&store, &held).await, (TaskStatus::Succeeded, 2));
     assert_eq!(starts.load(Ordering::SeqCst), 2);
-    handle.shutdown();
-    run.await.expect("worker ends");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -389,7 +360,7 @@ async fn with_a_deferred_constraint() -> (TestSchema, Arc<Store<PgPool>>) {
 async fn a_commit_the_server_refused_is_recorded_as_the_failure() {
     let (schema, store) = with_a_deferred_constraint().await;
     let id = store.submit(NewTask::new("refused", json!({}))).await.expect("submit").id;
-    let worker = Worker::builder(store.clone())
+    let worker = test_worker(&store, "default")
         .retry_backoff(Duration::from_secs(60), Duration::from_secs(60))
         .task("refused", |ctx, _p: serde_json::Value| async move {
             let tx = ctx.begin().await?;
@@ -400,13 +371,9 @@ async fn a_commit_the_server_refused_is_recorded_as_the_failure() {
             // A handler that answers Ok anyway must not make it succeed.
             Ok(json!({"ignored": true}))
         })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
+        .start();
     until_each(&store, &[id.as_str()], "the failure recorded", |st| st == (TaskStatus::Queued, 1)).await;
-    handle.shutdown();
-    run.await.expect("worker ends");
+    worker.stop().await;
     let t = store.fetch(&id).await.expect("fetch");
     let envelope = t.error_envelope().expect("the commit's error recorded");
     assert_eq!((envelope.kind.as_str(), envelope.retryable), ("CommitFailed", true));
@@ -424,7 +391,7 @@ async fn a_commit_refused_after_the_shutdown_token_gives_the_task_back_unspent()
     // The handler's writes done: shutdown comes after them (a running row
     // says only that the task was claimed).
     let (written_tx, mut written) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let worker = Worker::builder(store.clone())
+    let worker = test_worker(&store, "default")
         .shutdown_grace(Duration::from_millis(100))
         .task("late", move |ctx, _p: serde_json::Value| {
             let (seen, written_tx) = (seen.clone(), written_tx.clone());
@@ -443,16 +410,12 @@ async fn a_commit_refused_after_the_shutdown_token_gives_the_task_back_unspent()
                 Ok(json!({}))
             }
         })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
+        .start();
     tokio::time::timeout(Duration::from_secs(20), written.recv())
         .await
         .expect("the handler writes within 20 s")
         .expect("the handler is alive");
-    handle.shutdown();
-    run.await.expect("worker ends");
+    worker.stop().await;
     assert!(refused.load(Ordering::SeqCst), "the commit was refused after a shutdown token");
     assert_given_back(&store.fetch(&id).await.expect("fetch"));
     schema.drop().await;
@@ -468,8 +431,7 @@ async fn a_failed_claim_is_tried_again_soon_not_at_the_next_poll() {
     // the retry under test must bring.
     let queue = "failed-claim-retry";
     let (failed_tx, mut failed) = tokio::sync::mpsc::unbounded_channel();
-    let worker = Worker::builder(store.clone())
-        .queues([queue])
+    let worker = test_worker(&store, queue)
         .poll_interval(Duration::from_secs(120))
         // A hook that panics, too: the worker catches it and goes on.
         .on_error(move |e| {
@@ -479,10 +441,7 @@ async fn a_failed_claim_is_tried_again_soon_not_at_the_next_poll() {
             }
         })
         .task("x", |_ctx, _p: serde_json::Value| async move { Ok(json!({})) })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
+        .start();
     // Settled in: listening (whose first "may have missed" sends a claim
     // of its own), and a first task claimed and run by its signal.
     eventually(Duration::from_secs(10), "the worker listening", || async { store.is_watching() }).await;
@@ -507,8 +466,7 @@ async fn a_failed_claim_is_tried_again_soon_not_at_the_next_poll() {
         st == TaskStatus::Succeeded
     })
     .await;
-    handle.shutdown();
-    run.await.expect("worker ends");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -522,24 +480,22 @@ async fn stop_now_drops_a_handler_deaf_to_its_token_and_gives_its_task_back() {
     let task = store.submit(NewTask::new("deaf", json!({}))).await.expect("submit");
     let started = Arc::new(tokio::sync::Notify::new());
     let s = started.clone();
-    let worker = Worker::builder(store.clone())
+    let worker = test_worker(&store, "default")
         .shutdown_grace(Duration::from_secs(30))
         .task("deaf", move |_ctx, _p: serde_json::Value| {
             s.notify_one();
             async move {
+                // Far past the test, deaf to its token.
                 tokio::time::sleep(Duration::from_secs(3600)).await;
                 Ok(())
             }
         })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
+        .start();
     tokio::time::timeout(Duration::from_secs(10), started.notified()).await.expect("the handler starts");
     let stopping = std::time::Instant::now();
-    handle.shutdown();
-    handle.stop_now();
-    tokio::time::timeout(Duration::from_secs(20), run).await.expect("stopped").expect("worker ends");
+    worker.shutdown();
+    worker.stop_now();
+    worker.ended(Duration::from_secs(20)).await;
     let took = stopping.elapsed();
     assert!(took < Duration::from_secs(3), "stop_now took {took:?}");
     assert_given_back(&store.fetch(&task.id).await.expect("fetch"));
@@ -557,8 +513,7 @@ async fn a_flush_waiting_on_a_row_lock_does_not_stop_the_claims() {
     let store = Arc::new(pool_store(&schema).await);
     let (started, mut starts) = mpsc::unbounded_channel::<String>();
     let go = Arc::new(Notify::new());
-    let worker = Worker::builder(store.clone())
-        .queues(["budget"])
+    let worker = test_worker(&store, "budget")
         .statement_concurrency(1)
         .poll_interval(Duration::from_millis(100))
         .task("held", {
@@ -579,10 +534,7 @@ async fn a_flush_waiting_on_a_row_lock_does_not_stop_the_claims() {
                 Ok(())
             }
         })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
+        .start();
 
     let held = store.submit(NewTask::new("held", json!({})).queue("budget")).await.expect("submit").id;
     let first = tokio::time::timeout(Duration::from_secs(10), starts.recv()).await.expect("held starts");
@@ -620,8 +572,7 @@ async fn a_flush_waiting_on_a_row_lock_does_not_stop_the_claims() {
         st == (TaskStatus::Succeeded, 1)
     })
     .await;
-    handle.shutdown();
-    run.await.expect("worker ends");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -669,21 +620,16 @@ async fn claims_and_flushes_keep_within_the_statement_budget() {
         }
         None
     }));
-    let worker = Worker::builder(store.clone())
-        .queues(["budget"])
+    let worker = test_worker(&store, "budget")
         .concurrency(64)
         .settle_batch(32, Duration::from_millis(2))
         .statement_concurrency(1)
         .task("n", |_ctx, _p: serde_json::Value| async move { Ok(()) })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
-    tokio::time::timeout(Duration::from_secs(60), handle.until_settled(ids.len() as u64))
+        .start();
+    tokio::time::timeout(Duration::from_secs(60), worker.until_settled(ids.len() as u64))
         .await
         .expect("the drain ends");
-    handle.shutdown();
-    run.await.expect("worker ends");
+    worker.stop().await;
     let succeeded = plain.fetch(&ids[ids.len() - 1]).await.expect("fetch").status;
     assert_eq!(succeeded, TaskStatus::Succeeded);
     let (claims, flushes) = (counts[2].load(Ordering::SeqCst), counts[3].load(Ordering::SeqCst));

@@ -12,15 +12,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use waymark_pool::PgPool;
 use waymark_store::{NewTask, Store, TaskDef, TaskStatus};
-use waymark_tests::{eventually, pool_store, TestSchema};
-use waymark_worker::{CancelReason, HandlerOptions, TaskError, Worker, WorkerHandle};
+use waymark_tests::{eventually, pool_store, test_worker, until_status, Running, TestSchema, TestWorker};
+use waymark_worker::{CancelReason, HandlerOptions, TaskError, Worker};
 
 type S = Arc<Store<PgPool>>;
-
-fn spawn(worker: Worker<PgPool>) -> (WorkerHandle, tokio::task::JoinHandle<()>) {
-    let handle = worker.handle();
-    (handle, tokio::spawn(worker.run()))
-}
 
 /// Calls in flight of one kind, and the most seen at once.
 #[derive(Default)]
@@ -102,8 +97,7 @@ async fn a_resource_of_one_shared_by_two_handlers_never_runs_two_at_once() {
     };
     let on_gpu = || HandlerOptions::new().resource("gpu");
     let free_calls = free.clone();
-    let w = Worker::builder(store.clone())
-        .queues(["res"])
+    let w = test_worker(&store, "res")
         .concurrency(8)
         .resource("gpu", 1)
         .task_with("gpu.a", on_gpu(), gpu_handler(gpu.clone()))
@@ -112,12 +106,11 @@ async fn a_resource_of_one_shared_by_two_handlers_never_runs_two_at_once() {
             let free = free_calls.clone();
             async move {
                 let _in = free.enter();
+                // Real time: long enough that free calls overlap.
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 Ok(())
             }
-        })
-        .build()
-        .expect("worker");
+        });
     let mut tasks = Vec::new();
     for i in 0..40 {
         let name = ["gpu.a", "gpu.b", "free", "gpu.a"][i % 4];
@@ -125,15 +118,14 @@ async fn a_resource_of_one_shared_by_two_handlers_never_runs_two_at_once() {
     }
     store.submit_batch(tasks).await.expect("submit");
     let (stop, sampler) = sample_running(&schema, &["gpu.a", "gpu.b"]);
-    let (handle, run) = spawn(w);
+    let worker = w.start();
     all_succeeded(&store, "res", 40).await;
     stop.store(true, Ordering::SeqCst);
     let most_rows = sampler.await.expect("sampler");
     assert_eq!(gpu.most(), 1, "the two gpu handlers never ran at once");
     assert!(most_rows <= 1, "never two gpu tasks running in the table: {most_rows}");
     assert!(free.most() > 1, "the free handler was not held back: {}", free.most());
-    handle.shutdown();
-    run.await.expect("worker");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -143,28 +135,27 @@ async fn a_handlers_max_running_bounds_its_calls_and_bad_limits_are_refused() {
     let store: S = Arc::new(pool_store(&schema).await);
     let seen = Arc::new(InFlight::default());
     let calls = seen.clone();
-    let w = Worker::builder(store.clone())
-        .queues(["two"])
-        .concurrency(8)
-        .task_with("two", HandlerOptions::new().max_running(2), move |_ctx, _p: serde_json::Value| {
+    let w = test_worker(&store, "two").concurrency(8).task_with(
+        "two",
+        HandlerOptions::new().max_running(2),
+        move |_ctx, _p: serde_json::Value| {
             let calls = calls.clone();
             async move {
                 let _in = calls.enter();
+                // Real time: long enough that a third call could overlap.
                 tokio::time::sleep(Duration::from_millis(30)).await;
                 Ok(())
             }
-        })
-        .build()
-        .expect("worker");
+        },
+    );
     store.submit_batch((0..12).map(|_| NewTask::new("two", json!({})).queue("two"))).await.expect("submit");
     let (stop, sampler) = sample_running(&schema, &["two"]);
-    let (handle, run) = spawn(w);
+    let worker = w.start();
     all_succeeded(&store, "two", 12).await;
     stop.store(true, Ordering::SeqCst);
     assert!(sampler.await.expect("sampler") <= 2);
     assert_eq!(seen.most(), 2, "two at once, never more");
-    handle.shutdown();
-    run.await.expect("worker");
+    worker.stop().await;
 
     let refused = |b: waymark_worker::WorkerBuilder<PgPool>| b.build().expect_err("refused").to_string();
     let noop = |_ctx, _p: serde_json::Value| async move { Ok(()) };
@@ -201,8 +192,7 @@ async fn a_batch_handler_settles_by_its_results_its_own_settlements_and_its_erro
     let store: S = Arc::new(pool_store(&schema).await);
     let sizes = Arc::new(Mutex::new(Vec::new()));
     let seen = sizes.clone();
-    let w = Worker::builder(store.clone())
-        .queues(["batch"])
+    let w = test_worker(&store, "batch")
         .concurrency(2)
         .batch_task("double", 5, move |items: Vec<waymark_worker::BatchItem<PgPool, Num>>| {
             let seen = seen.clone();
@@ -228,9 +218,7 @@ async fn a_batch_handler_settles_by_its_results_its_own_settlements_and_its_erro
         })
         .batch_task("all.fail", 4, |_items: Vec<waymark_worker::BatchItem<PgPool, Num>>| async move {
             Err::<HashMap<String, i64>, _>(TaskError::permanent("the whole batch failed"))
-        })
-        .build()
-        .expect("worker");
+        });
     let mut ids = HashMap::new();
     for n in 0..14 {
         ids.insert(
@@ -252,7 +240,7 @@ async fn a_batch_handler_settles_by_its_results_its_own_settlements_and_its_erro
                 .id,
         );
     }
-    let (handle, run) = spawn(w);
+    let worker = w.start();
     for id in ids.values().chain(&failing).chain([&bad.id]) {
         store.wait(id, Duration::from_secs(30)).await.expect("ends");
     }
@@ -280,8 +268,7 @@ async fn a_batch_handler_settles_by_its_results_its_own_settlements_and_its_erro
     assert!(sizes.iter().all(|&s| (1..=5).contains(&s)), "batches of at most 5: {sizes:?}");
     assert!(sizes.iter().any(|&s| s > 1), "tasks came in batches: {sizes:?}");
     assert_eq!(sizes.iter().sum::<usize>(), 14, "every good payload reached the handler once");
-    handle.shutdown();
-    run.await.expect("worker");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -289,24 +276,19 @@ async fn a_batch_handler_settles_by_its_results_its_own_settlements_and_its_erro
 async fn a_batch_whose_lease_is_lost_for_one_task_settles_the_others_only() {
     let schema = TestSchema::new().await;
     let store: S = Arc::new(pool_store(&schema).await);
-    let victim: Arc<Mutex<Option<String>>> = Arc::default();
+    // The task whose lease the test takes, named once it is taken.
+    let (victim, pick) = tokio::sync::watch::channel(None::<String>);
     let reasons = Arc::new(Mutex::new(Vec::new()));
-    let (pick, heard) = (victim.clone(), reasons.clone());
-    let w = Worker::builder(store.clone())
-        .queues(["lost"])
-        .lease(Duration::from_secs(2))
-        .heartbeat_interval(Duration::from_millis(100))
+    let heard = reasons.clone();
+    let w = test_worker(&store, "lost")
+        .beating_lease(Duration::from_secs(2))
         // No poll of this worker's may recover the lease the test expires.
-        .poll_interval(Duration::from_secs(60))
+        .no_poll()
         .batch_task("hold", 4, move |items: Vec<waymark_worker::BatchItem<PgPool, serde_json::Value>>| {
-            let (pick, heard) = (pick.clone(), heard.clone());
+            let (mut pick, heard) = (pick.clone(), heard.clone());
             async move {
-                let victim = loop {
-                    if let Some(id) = pick.lock().unwrap().clone() {
-                        break id;
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                };
+                let victim = pick.wait_for(Option::is_some).await.expect("the test names the victim").clone();
+                let victim = victim.expect("named");
                 let item = items.iter().find(|i| i.ctx.id() == victim).expect("the victim is in the batch");
                 let reason = item.ctx.cancelled().await;
                 // A run whose lease is gone submits no children.
@@ -315,21 +297,19 @@ async fn a_batch_whose_lease_is_lost_for_one_task_settles_the_others_only() {
                 heard.lock().unwrap().push(reason);
                 Ok(items.iter().map(|i| (i.ctx.id().to_owned(), "done")).collect())
             }
-        })
-        .build()
-        .expect("worker");
+        });
     let ids = store
         .submit_batch((0..4).map(|i| NewTask::new("hold", json!({ "i": i })).queue("lost")))
         .await
         .expect("submit");
-    let (handle, run) = spawn(w);
+    let worker = w.start();
     eventually(Duration::from_secs(20), "the batch claimed", || async {
         store.stats(Some("lost")).await.expect("stats")["lost"].running == 4
     })
     .await;
     // Another worker takes one task of the batch once its lease is gone.
     schema.steal_lease(&ids[0], "thief").await;
-    *victim.lock().unwrap() = Some(ids[0].clone());
+    victim.send_replace(Some(ids[0].clone()));
     for id in &ids[1..] {
         let t = store.wait(id, Duration::from_secs(20)).await.expect("the others settle");
         assert_eq!((t.status, t.result), (TaskStatus::Succeeded, Some(json!("done"))));
@@ -346,8 +326,7 @@ async fn a_batch_whose_lease_is_lost_for_one_task_settles_the_others_only() {
         (TaskStatus::Running, Some("thief")),
         "its settlement was dropped"
     );
-    handle.shutdown();
-    run.await.expect("worker");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -368,8 +347,7 @@ async fn blocking_handlers_run_off_the_async_threads_with_leases_cancellation_an
         }
     }
     let _open_on_drop = OpenOnDrop(gate.clone());
-    let w = Worker::builder(store.clone())
-        .queues(["cpu"])
+    let worker = test_worker(&store, "cpu")
         .concurrency(6)
         .heartbeat_interval(Duration::from_millis(100))
         .retry_backoff(Duration::from_millis(1), Duration::from_millis(1))
@@ -396,9 +374,7 @@ async fn blocking_handlers_run_off_the_async_threads_with_leases_cancellation_an
             panic!("boom")
         })
         .task("ping", |_ctx, _p: serde_json::Value| async move { Ok("pong") })
-        .build()
-        .expect("worker");
-    let (handle, run) = spawn(w);
+        .start();
     let sleepers = store
         .submit_batch((0..4).map(|n| NewTask::new("cpu.sleep", json!({ "n": n })).queue("cpu")))
         .await
@@ -423,10 +399,7 @@ async fn blocking_handlers_run_off_the_async_threads_with_leases_cancellation_an
     }
     let long =
         store.submit(NewTask::new("cpu.until_cancelled", json!({})).queue("cpu")).await.expect("submit");
-    eventually(Duration::from_secs(20), "it runs", || async {
-        store.fetch(&long.id).await.expect("fetch").status == TaskStatus::Running
-    })
-    .await;
+    until_status(Duration::from_secs(20), "it runs", &store, &long.id, TaskStatus::Running).await;
     store.cancel(&long.id).await.expect("cancel");
     let t = store.wait(&long.id, Duration::from_secs(20)).await.expect("ends");
     assert_eq!(t.status, TaskStatus::Canceled, "the heartbeat's cancel reached blocking code");
@@ -441,8 +414,7 @@ async fn blocking_handlers_run_off_the_async_threads_with_leases_cancellation_an
         (envelope.code.as_str(), envelope.message.as_str()),
         ("handler_error", "the handler panicked: boom")
     );
-    handle.shutdown();
-    run.await.expect("worker");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -459,8 +431,7 @@ async fn canceled_reads_the_row_rather_than_waiting_for_the_next_heartbeat() {
     type Seen = Option<(bool, bool, Option<CancelReason>)>;
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let saw = seen.clone();
-    let w = Worker::builder(store.clone())
-        .queues(["ask"])
+    let worker = test_worker(&store, "ask")
         // The next heartbeat is a minute away: only a read can tell.
         .lease(Duration::from_secs(180))
         .task("ask", move |ctx, _p: serde_json::Value| {
@@ -474,9 +445,7 @@ async fn canceled_reads_the_row_rather_than_waiting_for_the_next_heartbeat() {
                 Ok(())
             }
         })
-        .build()
-        .expect("worker");
-    let (handle, run) = spawn(w);
+        .start();
     let t = store.submit(NewTask::new("ask", json!({})).queue("ask")).await.expect("submit");
     tokio::time::timeout(Duration::from_secs(20), read_rx.recv())
         .await
@@ -492,8 +461,7 @@ async fn canceled_reads_the_row_rather_than_waiting_for_the_next_heartbeat() {
     );
     // A cancel requested wins the settlement.
     assert_eq!(done.status, TaskStatus::Canceled);
-    handle.shutdown();
-    run.await.expect("worker");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -514,13 +482,12 @@ const PRICE: TaskDef<Order, Receipt> = TaskDef::new("order.price");
 async fn a_typed_definition_binds_the_submit_and_the_handler() {
     let schema = TestSchema::new().await;
     let store: S = Arc::new(pool_store(&schema).await);
-    let w = Worker::builder(store.clone())
-        .queues(["typed"])
+    let w = test_worker(&store, "typed")
         .task(PRICE, |_ctx, order: Order| async move { Ok(Receipt { total: order.qty * 3 }) })
         .build()
         .expect("worker");
     assert_eq!(w.task_names(), vec!["order.price".to_owned()]);
-    let (handle, run) = spawn(w);
+    let worker = Running::spawn(w);
     let receipt = store
         .call_as(
             &PRICE,
@@ -535,8 +502,7 @@ async fn a_typed_definition_binds_the_submit_and_the_handler() {
         .await
         .expect_err("another name");
     assert!(e.to_string().contains("call_as(\"order.price\") was given a task named \"other\""), "{e}");
-    handle.shutdown();
-    run.await.expect("worker");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -546,8 +512,7 @@ async fn a_blocking_closure_past_its_time_limit_keeps_its_resource_until_it_retu
     let store: S = Arc::new(pool_store(&schema).await);
     let gpu = Arc::new(InFlight::default());
     let calls = gpu.clone();
-    let w = Worker::builder(store.clone())
-        .queues(["slow"])
+    let w = test_worker(&store, "slow")
         .concurrency(4)
         .resource("gpu", 1)
         .max_run_time(Duration::from_millis(100))
@@ -561,22 +526,19 @@ async fn a_blocking_closure_past_its_time_limit_keeps_its_resource_until_it_retu
                 std::thread::sleep(Duration::from_millis(400));
                 Ok(())
             },
-        )
-        .build()
-        .expect("worker");
+        );
     let ids = store
         .submit_batch((0..3).map(|_| NewTask::new("slow.gpu", json!({})).queue("slow").max_attempts(1)))
         .await
         .expect("submit");
-    let (handle, run) = spawn(w);
+    let worker = w.start();
     for id in &ids {
         let t = store.wait(id, Duration::from_secs(30)).await.expect("ends");
         assert_eq!(t.status, TaskStatus::Failed);
         assert_eq!(t.error_envelope().expect("envelope").code, "handler_timeout");
     }
     assert_eq!(gpu.most(), 1, "a timed-out closure still held the resource until it returned");
-    handle.shutdown();
-    run.await.expect("worker");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -588,10 +550,9 @@ async fn a_run_past_its_time_limit_fires_its_token_for_a_blocking_closure() {
     let schema = TestSchema::new().await;
     let store: S = Arc::new(pool_store(&schema).await);
     let (heard_tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
-    let w = Worker::builder(store.clone())
-        .queues(["timed-token"])
-        .max_run_time(Duration::from_millis(200))
-        .blocking_task("timed.token", move |ctx, _p: serde_json::Value| {
+    let w = test_worker(&store, "timed-token").max_run_time(Duration::from_millis(200)).blocking_task(
+        "timed.token",
+        move |ctx, _p: serde_json::Value| {
             // Real time: waits for the token, 20 s at most.
             let started = std::time::Instant::now();
             while !ctx.is_cancelled() && started.elapsed() < Duration::from_secs(20) {
@@ -599,22 +560,20 @@ async fn a_run_past_its_time_limit_fires_its_token_for_a_blocking_closure() {
             }
             let _ = heard_tx.send(ctx.cancel_reason());
             Ok(())
-        })
-        .build()
-        .expect("worker");
+        },
+    );
     let id = store
         .submit(NewTask::new("timed.token", json!({})).queue("timed-token").max_attempts(1))
         .await
         .expect("submit")
         .id;
-    let (handle, run) = spawn(w);
+    let worker = w.start();
     let reason =
         tokio::time::timeout(Duration::from_secs(30), heard.recv()).await.expect("the closure returns");
     assert_eq!(reason, Some(Some(CancelReason::TimedOut)));
     let t = store.wait(&id, Duration::from_secs(30)).await.expect("ends");
     assert_eq!(t.error_envelope().expect("envelope").code, "handler_timeout");
-    handle.shutdown();
-    run.await.expect("worker");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -632,25 +591,21 @@ async fn a_handlers_own_settlement_cut_short_is_made_by_the_worker() {
         tokio::time::sleep(Duration::from_millis(600)).await;
     });
     let store = Arc::new(store);
-    let w = Worker::builder(store.clone())
-        .queues(["own"])
-        .max_run_time(Duration::from_millis(150))
-        .task("own", |ctx, _p: serde_json::Value| async move {
+    let w = test_worker(&store, "own").max_run_time(Duration::from_millis(150)).task(
+        "own",
+        |ctx, _p: serde_json::Value| async move {
             ctx.fail(TaskError::permanent("the handler's own verdict")).await?;
             Ok(())
-        })
-        .build()
-        .expect("worker");
+        },
+    );
     let t = plain.submit(NewTask::new("own", json!({})).queue("own")).await.expect("submit");
-    let handle = w.handle();
-    let run = tokio::spawn(w.run());
+    let worker = w.start();
     let done = plain.wait(&t.id, Duration::from_secs(20)).await.expect("ends");
     assert_eq!(done.status, TaskStatus::Failed);
     let envelope = done.error_envelope().expect("envelope");
     assert_eq!(envelope.message, "the handler's own verdict", "not handler_timeout: {envelope:?}");
     assert_eq!(done.attempt, 1);
-    handle.shutdown();
-    run.await.expect("worker");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -679,28 +634,24 @@ async fn batch_backlog_drains_without_polls(with_plain: bool) {
         .submit_batch((0..200).map(|n| NewTask::new("fast.batch", json!({ "n": n })).queue("backlog")))
         .await
         .expect("submit");
-    let mut builder = Worker::builder(store.clone())
-        .queues(["backlog"])
+    let mut builder = test_worker(&store, "backlog")
         .concurrency(2)
         // No poll within the test's time: only claims that follow claims.
-        .poll_interval(Duration::from_secs(60))
+        .no_poll()
         .batch_task("fast.batch", 5, |items: Vec<waymark_worker::BatchItem<PgPool, Num>>| async move {
             Ok(items.into_iter().map(|i| (i.ctx.id().to_owned(), i.payload.n)).collect::<HashMap<_, _>>())
         });
     if with_plain {
         builder = builder.task("idle.plain", |_ctx, _p: serde_json::Value| async move { Ok(()) });
     }
-    let w = builder.build().expect("worker");
-    let handle = w.handle();
-    let run = tokio::spawn(w.run());
+    let worker = builder.start();
     let s = store.clone();
     eventually(Duration::from_secs(20), "all 200 tasks settled without a poll", || {
         let s = s.clone();
         async move { s.stats(None).await.expect("stats")["backlog"].succeeded == 200 }
     })
     .await;
-    handle.shutdown();
-    run.await.expect("worker ends");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -783,13 +734,12 @@ async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a
     // freed slot sends a claim that would find it anyway.
     let release = Arc::new(Semaphore::new(0));
     let held = release.clone();
-    let worker = Worker::builder(store.clone())
+    let (worker, mut events) = test_worker(&store, QUEUE)
         // As many slots as a claim asks for at least (so the first takes
         // them all), and room ahead once a call is known to take under 5 ms.
-        .queues([QUEUE])
         .concurrency(16)
         // No poll comes to the rescue within the test's time.
-        .poll_interval(Duration::from_secs(60))
+        .no_poll()
         .task("p1", |_ctx, _p: serde_json::Value| async move { Ok(()) })
         .task("p2", |_ctx, _p: serde_json::Value| async move { Ok(()) })
         .batch_task("b", 2, move |items: Vec<waymark_worker::BatchItem<_, serde_json::Value>>| {
@@ -799,11 +749,7 @@ async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a
                 Ok(items.into_iter().map(|i| (i.ctx.id().to_owned(), ())).collect::<HashMap<_, _>>())
             }
         })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let mut events = handle.events();
-    let run = tokio::spawn(worker.run());
+        .start_with_events();
     // Plain calls that end tell the worker its calls are short (an average
     // under 5 ms, a new call weighing an eighth), so it claims room ahead
     // of its slots.
@@ -857,7 +803,6 @@ async fn a_batch_task_queued_while_a_claim_holds_every_slot_is_claimed_without_a
         let done = store.wait(id, Duration::from_secs(20)).await.expect("the task ends");
         assert_eq!(done.status, TaskStatus::Succeeded);
     }
-    handle.shutdown();
-    run.await.expect("worker ends");
+    worker.stop().await;
     schema.drop().await;
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde_json::json;
 use waymark_pool::PgPool;
 use waymark_store::{NewTask, Store, TaskStatus};
-use waymark_tests::{pool_store, TestSchema};
-use waymark_worker::{HandlerOptions, Worker, WorkerHandle};
+use waymark_tests::{pool_store, test_worker, TestSchema, TestWorker};
+use waymark_worker::{HandlerOptions, WorkerBuilder, WorkerHandle};
 
 type S = Arc<Store<PgPool>>;
 
@@ -26,19 +26,20 @@ async fn run_through(store: &S, handle: &WorkerHandle, tasks: Vec<NewTask>, sett
     ids
 }
 
-fn quick_worker(store: &S) -> Worker<PgPool> {
-    Worker::builder(store.clone())
-        .concurrency(64)
-        .task_with("step", HandlerOptions::new().quick(), |_ctx, p: serde_json::Value| async move {
+fn quick_worker(store: &S) -> WorkerBuilder<PgPool> {
+    test_worker(store, "default").concurrency(64).task_with(
+        "step",
+        HandlerOptions::new().quick(),
+        |_ctx, p: serde_json::Value| async move {
             match p["mode"].as_str() {
+                // A call that is pending at its first poll.
                 Some("await") => tokio::time::sleep(Duration::from_millis(2)).await,
                 Some("panic") => panic!("a grouped call panics"),
                 _ => {}
             }
             Ok(p["i"].clone())
-        })
-        .build()
-        .expect("worker")
+        },
+    )
 }
 
 /// `name` tasks of `mode` (see `quick_worker`), numbered from 0, each of
@@ -80,16 +81,14 @@ async fn in_a_group(
 async fn a_quick_handlers_calls_run_in_groups_and_those_that_await_or_panic_still_settle() {
     let schema = TestSchema::new().await;
     let store: S = Arc::new(pool_store(&schema).await);
-    let worker = quick_worker(&store);
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
+    let worker = quick_worker(&store).start();
     let mut settled = 0;
 
     // Quick calls: after the first have shown it, they run in groups.
     let quick = |i: usize, t: waymark_store::Task| {
         assert_eq!((t.status, t.result), (TaskStatus::Succeeded, Some(json!(i))), "quick task {i}");
     };
-    let grouped = in_a_group(&store, &handle, &mut settled, || tasks("step", "ok", 0..200), quick).await;
+    let grouped = in_a_group(&store, &worker, &mut settled, || tasks("step", "ok", 0..200), quick).await;
     assert!(grouped, "no quick call ran in a group");
 
     // Calls that await in their first poll: in a group, they go on, each
@@ -97,7 +96,7 @@ async fn a_quick_handlers_calls_run_in_groups_and_those_that_await_or_panic_stil
     let waiting = |i: usize, t: waymark_store::Task| {
         assert_eq!((t.status, t.result), (TaskStatus::Succeeded, Some(json!(i))), "awaiting task {i}");
     };
-    let grouped = in_a_group(&store, &handle, &mut settled, || tasks("step", "await", 0..64), waiting).await;
+    let grouped = in_a_group(&store, &worker, &mut settled, || tasks("step", "await", 0..64), waiting).await;
     assert!(grouped, "no awaiting call was started in a group");
 
     // Calls that panic in a group: each fails alone, as a panic does on a
@@ -110,11 +109,10 @@ async fn a_quick_handlers_calls_run_in_groups_and_those_that_await_or_panic_stil
             "a panicking call fails alone"
         );
     };
-    let grouped = in_a_group(&store, &handle, &mut settled, || tasks("step", "panic", 0..10), panicked).await;
+    let grouped = in_a_group(&store, &worker, &mut settled, || tasks("step", "panic", 0..10), panicked).await;
     assert!(grouped, "no panicking call ran in a group");
 
-    handle.shutdown();
-    run.await.expect("worker ends");
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -122,17 +120,13 @@ async fn a_quick_handlers_calls_run_in_groups_and_those_that_await_or_panic_stil
 async fn a_handler_not_declared_quick_never_runs_in_groups() {
     let schema = TestSchema::new().await;
     let store: S = Arc::new(pool_store(&schema).await);
-    let worker = Worker::builder(store.clone())
+    let worker = test_worker(&store, "default")
         .concurrency(64)
         .task("plain", |_ctx, p: serde_json::Value| async move { Ok(p["i"].clone()) })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
-    run_through(&store, &handle, tasks("plain", "ok", 0..300), 300).await;
-    assert_eq!(handle.calls_run_in_groups(), 0);
-    handle.shutdown();
-    run.await.expect("worker ends");
+        .start();
+    run_through(&store, &worker, tasks("plain", "ok", 0..300), 300).await;
+    assert_eq!(worker.calls_run_in_groups(), 0);
+    worker.stop().await;
     schema.drop().await;
 }
 
@@ -165,7 +159,7 @@ async fn blocked_group_at_shutdown(store: &S) -> bool {
     // Real time is under test: the block outlasts the grace, the stop
     // grace and shutdown's bound for settlements (0.2 + 0.5 + 2 s).
     let block_for = Duration::from_secs(6);
-    let worker = Worker::builder(store.clone())
+    let worker = test_worker(store, "default")
         .concurrency(64)
         .shutdown_grace(Duration::from_millis(200))
         .task_with("step", HandlerOptions::new().quick(), move |_ctx, p: serde_json::Value| {
@@ -184,17 +178,14 @@ async fn blocked_group_at_shutdown(store: &S) -> bool {
                 Ok(p["i"].clone())
             }
         })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
+        .start();
     // Shown quick: a batch whose calls ran in groups, just before.
     let mut settled = 0;
     for _ in 0..5 {
-        let before = handle.calls_run_in_groups();
+        let before = worker.calls_run_in_groups();
         settled += 100;
-        run_through(store, &handle, tasks("step", "ok", 0..100), settled).await;
-        if handle.calls_run_in_groups() > before {
+        run_through(store, &worker, tasks("step", "ok", 0..100), settled).await;
+        if worker.calls_run_in_groups() > before {
             break;
         }
     }
@@ -206,8 +197,8 @@ async fn blocked_group_at_shutdown(store: &S) -> bool {
     tokio::time::timeout(Duration::from_secs(10), blocking.notified())
         .await
         .expect("the blocking call started");
-    handle.shutdown();
-    tokio::time::timeout(Duration::from_secs(30), run).await.expect("shutdown ends").expect("worker ends");
+    worker.shutdown();
+    worker.ended(Duration::from_secs(30)).await;
     let ran_at_shutdown = started.load(Ordering::SeqCst);
     let mut given_back = Vec::new();
     for id in &ids[1..] {
@@ -223,7 +214,8 @@ async fn blocked_group_at_shutdown(store: &S) -> bool {
     }
     assert_eq!(ran_at_shutdown, 40 - given_back.len(), "every call not given back ran, and only those");
     // Once the blocking call returns, its group's runner goes on: the
-    // calls given back must not run.
+    // calls given back must not run. Real time: a negative check, past the
+    // block's end (nothing marks a call that does not run).
     tokio::time::sleep(block_for).await;
     assert_eq!(started.load(Ordering::SeqCst), ran_at_shutdown, "a call given back ran after all");
     for id in &given_back {
@@ -246,7 +238,7 @@ async fn a_panic_past_the_handler_ends_its_call_only_and_its_task_comes_back() {
     let store: S = Arc::new(pool_store(&schema).await);
     // Real time is under test: a lease renewed every second would never
     // run out, one left alone runs out in three.
-    let worker = Worker::builder(store.clone())
+    let worker = test_worker(&store, "default")
         .concurrency(64)
         .lease(Duration::from_secs(3))
         .poll_interval(Duration::from_millis(100))
@@ -254,10 +246,7 @@ async fn a_panic_past_the_handler_ends_its_call_only_and_its_task_comes_back() {
             Ok(p["i"].clone())
         })
         .task("plain", |_ctx, p: serde_json::Value| async move { Ok(p["i"].clone()) })
-        .build()
-        .expect("worker");
-    let handle = worker.handle();
-    let run = tokio::spawn(worker.run());
+        .start();
     let mut settled = 0;
 
     // On runners of their own (a handler not declared quick), then in a
@@ -268,24 +257,24 @@ async fn a_panic_past_the_handler_ends_its_call_only_and_its_task_comes_back() {
         for _ in 0..tries {
             if name == "step" {
                 settled += 100;
-                run_through(&store, &handle, tasks("step", "ok", 0..100), settled).await;
+                run_through(&store, &worker, tasks("step", "ok", 0..100), settled).await;
             }
-            let before = handle.calls_run_in_groups();
-            handle.panic_past_handlers(2);
+            let before = worker.calls_run_in_groups();
+            worker.panic_past_handlers(2);
             settled += 38;
             // Attempts to spare: the lease's run-out requeues the task.
             let batch = tasks(name, "ok", 0..40).into_iter().map(|t| t.max_attempts(3)).collect();
-            let ids = run_through(&store, &handle, batch, settled).await;
+            let ids = run_through(&store, &worker, batch, settled).await;
             // Every call of the batch, the two that panicked among them.
-            grouped = handle.calls_run_in_groups() - before == 40;
+            grouped = worker.calls_run_in_groups() - before == 40;
             waymark_tests::eventually(Duration::from_secs(30), "the panicked calls free their slots", || {
-                let running = handle.running();
+                let running = worker.running();
                 async move { running == 0 }
             })
             .await;
             // The two come back once their leases run out, and run again.
             settled += 2;
-            tokio::time::timeout(Duration::from_secs(60), handle.until_settled(settled))
+            tokio::time::timeout(Duration::from_secs(60), worker.until_settled(settled))
                 .await
                 .expect("the tasks of the panicked calls ran again");
             let mut again = 0;
@@ -301,7 +290,7 @@ async fn a_panic_past_the_handler_ends_its_call_only_and_its_task_comes_back() {
         }
     }
     assert!(grouped, "in five tries, no batch whose calls panicked past their handlers ran in groups whole");
-    handle.shutdown();
-    tokio::time::timeout(Duration::from_secs(30), run).await.expect("shutdown ends").expect("worker ends");
+    worker.shutdown();
+    worker.ended(Duration::from_secs(30)).await;
     schema.drop().await;
 }

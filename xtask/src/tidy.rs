@@ -389,11 +389,7 @@ mod tests {
         let root = crate::workspace_root();
         assert_eq!(sql_outside_protocol(&root).unwrap(), Vec::<String>::new());
         assert_eq!(layering(&root).unwrap(), Vec::<String>::new());
-        let inside: Vec<String> = inside_crates(&root)
-            .unwrap()
-            .into_iter()
-            .map(|p| p.to_string())
-            .collect();
+        let inside: Vec<String> = inside_crates(&root).unwrap().into_iter().map(|p| p.to_string()).collect();
         assert_eq!(inside, Vec::<String>::new());
     }
 

@@ -5,23 +5,17 @@
 use std::time::Duration;
 
 use waymark_pool::PgPool;
-use waymark_store::{ConnectOptions, Store};
 use waymark_worker::{TaskError, Worker};
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let [url, schema, worker_id] = args.as_slice() else {
-        eprintln!("usage: crash_worker <url> <schema> <worker_id>");
-        std::process::exit(2);
-    };
-    let pool = PgPool::builder(url.as_str()).max_size(4).schema(schema.as_str()).build().expect("pool");
-    let store = Store::connect(pool, ConnectOptions::schema(schema.as_str())).await.expect("connect");
+    let [url, schema, worker_id] = waymark_tests::child::args("crash_worker <url> <schema> <worker_id>");
+    let store = waymark_tests::pool_store_at(&url, &schema).await;
     let worker = Worker::builder(store)
         .queues(["crash"])
         .concurrency(4)
         .lease(Duration::from_millis(1500))
-        .worker_id(worker_id.as_str())
+        .worker_id(worker_id)
         .task("crash.sleep", |ctx, p: serde_json::Value| async move {
             record_run(&ctx).await?;
             // Real time: work that is still running when the process is killed.

@@ -7,17 +7,12 @@
 
 use std::time::Duration;
 
-use waymark_pool::PgPool;
-use waymark_store::{ConnectOptions, FleetLimit, GroupKey, Store};
+use waymark_store::{FleetLimit, GroupKey};
 use waymark_worker::{TaskError, Worker};
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let [url, schema, limit] = args.as_slice() else {
-        eprintln!("usage: fleet_worker <url> <schema> <name:N | tenant:N>");
-        std::process::exit(2);
-    };
+    let [url, schema, limit] = waymark_tests::child::args("fleet_worker <url> <schema> <name:N | tenant:N>");
     let limit = match limit.split_once(':').map(|(kind, n)| (kind, n.parse::<i64>())) {
         Some(("name", Ok(n))) => FleetLimit::name("fleet.work", n),
         Some(("tenant", Ok(n))) => FleetLimit::name("fleet.work", n).per_group(GroupKey::payload(["tenant"])),
@@ -26,8 +21,7 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let pool = PgPool::builder(url.as_str()).max_size(4).schema(schema.as_str()).build().expect("pool");
-    let store = Store::connect(pool, ConnectOptions::schema(schema.as_str())).await.expect("connect");
+    let store = waymark_tests::pool_store_at(&url, &schema).await;
     let worker = Worker::builder(store)
         .queues(["fleet"])
         .concurrency(32)

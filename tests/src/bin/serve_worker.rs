@@ -5,19 +5,12 @@
 
 use std::time::Duration;
 
-use waymark_pool::PgPool;
-use waymark_store::{ConnectOptions, Store};
 use waymark_worker::Worker;
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let [url, schema] = args.as_slice() else {
-        eprintln!("usage: serve_worker <url> <schema>");
-        std::process::exit(2);
-    };
-    let pool = PgPool::builder(url.as_str()).max_size(4).schema(schema.as_str()).build().expect("pool");
-    let store = Store::connect(pool, ConnectOptions::schema(schema.as_str())).await.expect("connect");
+    let [url, schema] = waymark_tests::child::args("serve_worker <url> <schema>");
+    let store = waymark_tests::pool_store_at(&url, &schema).await;
     let worker = Worker::builder(store)
         .queues(["serve"])
         .concurrency(4)
@@ -28,6 +21,7 @@ async fn main() {
             Ok(serde_json::json!("done"))
         })
         .task("serve.hold", |_ctx, _p: serde_json::Value| async move {
+            // Real time: a long run, deaf to its token.
             tokio::time::sleep(Duration::from_secs(60)).await;
             Ok(serde_json::json!("held"))
         })
