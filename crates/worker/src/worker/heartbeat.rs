@@ -1,6 +1,6 @@
 //! The heartbeat loop: renews every held lease in one statement per tick,
 //! then the rows another transaction held locked, together and if need be
-//! one by one (`Store::renew_leases`).
+//! one by one (`WorkerProtocol::renew_leases`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use crate::shared::{CancelReason, Running, Shared};
 /// The longest a beat waits for the rows another transaction held.
 const HELD_ROWS_WAIT: Duration = Duration::from_secs(5);
 
-/// Renews every unsettled lease once per interval (see `Store::renew_leases`);
+/// Renews every unsettled lease once per interval (see `WorkerProtocol::renew_leases`);
 /// a task missing from the answer lost its lease, a cancel request fires
 /// its token.
 pub(crate) async fn heartbeat_loop<E: PgExecutor + 'static>(shared: Arc<Shared<E>>) {
