@@ -22,19 +22,7 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// Every kind of JSON value, the look-alikes of other kinds among them.
 fn values() -> Vec<Json> {
-    vec![
-        json!("42"),
-        json!(42),
-        json!(-1.5),
-        json!(true),
-        json!(""),
-        json!("null"),
-        json!([1, "a", null]),
-        json!([]),
-        json!({}),
-        json!({ "k": [null, { "n": "7" }] }),
-        json!(null),
-    ]
+    waymark_testing::kit::every_json_kind()
 }
 
 async fn store_on(url: &str) -> Arc<Store<PgPool>> {

@@ -8,14 +8,12 @@ use waymark_store::{ListFilter, NewTask, PgExecutor, Settlement, Store, TaskStat
 
 use super::{claim, raw};
 
-/// A payload, metadata and result may each be any JSON value (null, a
-/// string, a number, a boolean, an array, an object), and each reads back
-/// as written, a string `"42"` as a string: through a submit, a keyed
-/// submit, a batch and a batch of alike tasks, a claim, a complete and a
-/// batched complete, a get and a list. Rows another SDK or plain SQL wrote
-/// so read as well, with nothing `unreadable`.
-pub async fn every_json_value_is_kept_as_written<E: PgExecutor>(store: &Store<E>) {
-    let values = [
+/// A value of every JSON kind, with look-alikes of other kinds among them
+/// (the string `"42"`, the string `"null"`, an empty string, array and
+/// object, JSON null): what any SDK may write as a payload, metadata or
+/// result.
+pub fn every_json_kind() -> Vec<serde_json::Value> {
+    vec![
         json!(null),
         json!("42"),
         json!(42),
@@ -27,7 +25,17 @@ pub async fn every_json_value_is_kept_as_written<E: PgExecutor>(store: &Store<E>
         json!([]),
         json!({}),
         json!({ "k": [null, { "n": "7" }] }),
-    ];
+    ]
+}
+
+/// A payload, metadata and result may each be any JSON value (null, a
+/// string, a number, a boolean, an array, an object), and each reads back
+/// as written, a string `"42"` as a string: through a submit, a keyed
+/// submit, a batch and a batch of alike tasks, a claim, a complete and a
+/// batched complete, a get and a list. Rows another SDK or plain SQL wrote
+/// so read as well, with nothing `unreadable`.
+pub async fn every_json_value_is_kept_as_written<E: PgExecutor>(store: &Store<E>) {
+    let values = every_json_kind();
     let n = values.len();
     // id -> (payload, metadata) as submitted.
     let mut want: BTreeMap<String, (Json, Json)> = BTreeMap::new();
