@@ -61,22 +61,26 @@ pub(super) async fn renew_leases<E: PgExecutor>(
     if leases.is_empty() {
         return Ok(Renewal::default());
     }
-    let mut ids = Vec::with_capacity(leases.len());
-    let mut owner: HashMap<&str, &str> = HashMap::with_capacity(leases.len());
-    for lease in leases {
+    // Each task's place in `leases` and its owner: the answer comes back in
+    // that order, and the rows retried alone name their owners again.
+    let mut known: HashMap<&str, (usize, &str)> = HashMap::with_capacity(leases.len());
+    let (mut ids, mut owners) = (Vec::with_capacity(leases.len()), Vec::with_capacity(leases.len()));
+    for (i, lease) in leases.iter().enumerate() {
         lease.check()?;
-        if owner.insert(lease.task_id(), lease.worker_id()).is_some() {
+        if known.insert(lease.task_id(), (i, lease.worker_id())).is_some() {
             return Err(Error::invalid(format!(
                 "renew_leases names task {} twice: one lease per task (its answer is by task id)",
                 lease.task_id()
             )));
         }
         ids.push(lease.task_id().to_owned());
+        owners.push(lease.worker_id().to_owned());
     }
     let owners_of = |ids: &[String]| -> Vec<String> {
-        ids.iter().map(|id| owner.get(id.as_str()).copied().unwrap_or_default().to_owned()).collect()
+        ids.iter().map(|id| known.get(id.as_str()).map_or("", |k| k.1).to_owned()).collect()
     };
-    let binds = owned_beat_binds(ids.clone(), owners_of(&ids), lease_ms);
+    let position = |b: &Beat| known.get(b.id.as_str()).map(|k| k.0);
+    let binds = owned_beat_binds(ids, owners, lease_ms);
     let mut renewal = Renewal::default();
     let mut owned = Vec::new();
     for mut row in run(&mut store.session()?, Statement::HeartbeatBatchSkipLocked, binds).await? {
@@ -90,9 +94,8 @@ pub(super) async fn renew_leases<E: PgExecutor>(
     }
     let done: std::collections::HashSet<&str> = renewal.renewed.iter().map(|b| b.id.as_str()).collect();
     let mut held: Vec<Beat> = owned.into_iter().filter(|b| !done.contains(b.id.as_str())).collect();
-    let position = positions(&ids);
     if !held.is_empty() {
-        held.sort_by_key(|b| position.get(b.id.as_str()).copied());
+        held.sort_by_key(position);
         // Bounded so that any `wait` fits PostgreSQL's timeouts.
         let deadline = Instant::now() + wait.min(Duration::from_secs(3600));
         // All of them first, in one statement with a short wait: the
@@ -147,8 +150,8 @@ pub(super) async fn renew_leases<E: PgExecutor>(
         }
         renewal.held.append(&mut held);
     }
-    renewal.renewed.sort_by_key(|b| position.get(b.id.as_str()).copied());
-    renewal.held.sort_by_key(|b| position.get(b.id.as_str()).copied());
+    renewal.renewed.sort_by_key(position);
+    renewal.held.sort_by_key(position);
     Ok(renewal)
 }
 

@@ -138,12 +138,13 @@ impl SettlePlan {
             match item {
                 Settlement::Complete { lease, .. } => {
                     lease.check()?;
-                    match owner_of.insert(lease.task_id(), lease.worker_id()) {
-                        Some(owner) if owner != lease.worker_id() => {
-                            owner_of.insert(lease.task_id(), owner);
-                            singles.push(i);
-                        }
-                        _ => completes.push(i),
+                    // The first lease named for a task owns its place in
+                    // the statement; another lease of it goes on its own.
+                    let owner = *owner_of.entry(lease.task_id()).or_insert(lease.worker_id());
+                    if owner == lease.worker_id() {
+                        completes.push(i);
+                    } else {
+                        singles.push(i);
                     }
                 }
                 Settlement::Fail { .. } | Settlement::Snooze { .. } => singles.push(i),
