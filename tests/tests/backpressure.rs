@@ -168,8 +168,8 @@ async fn a_workers_child_submits_are_gated_by_the_stores_limits() {
 
 /// Several producers, each its own store (so its own grant), fill one
 /// queue until it is full. The limit is soft: the documented bound on the
-/// overshoot is (producers - 1) x MAX_GRANT. The figure is printed for the
-/// benchmarks page.
+/// overshoot is (producers - 1) x MAX_GRANT; the test prints the overshoot
+/// it saw.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_producers_overshoot_a_limit_by_no_more_than_the_documented_bound() {
     let schema = TestSchema::new().await;

@@ -55,7 +55,7 @@ impl<E: PgExecutor> Store<E> {
     /// spends most of its client time on copies). When the tasks differ in
     /// their payloads only (one name, queue, metadata and the same options),
     /// what they share is sent once rather than once per task, which the
-    /// server inserts faster (`docs/benchmarks.md`, the tenth pass).
+    /// server inserts faster (`cargo xtask bench` enqueue).
     pub async fn submit_batch(&self, tasks: impl IntoIterator<Item = NewTask>) -> Result<Vec<String>> {
         let (batch, scope) = self.observed_batch(tasks);
         let out = async {

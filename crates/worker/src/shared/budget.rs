@@ -3,8 +3,8 @@
 //! Claims and settlement flushes each write hundreds of rows of the same
 //! table, near the same index pages. On the bench's two-core server, two
 //! such statements at once drained fastest: a third added waits on the
-//! server's buffer locks, not work (docs/benchmarks.md, "An eleventh
-//! pass"). So claims and flushes share one budget of places, and a claim
+//! server's buffer locks, not work (docs/benchmarks.md, "Where the time
+//! goes, and what limits it"). So claims and flushes share one budget of places, and a claim
 //! or a flush waits for a place; a worker whose claims and flushes went
 //! apart ran up to six at once, three on average.
 //!

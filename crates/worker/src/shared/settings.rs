@@ -73,7 +73,7 @@ impl HandlerOptions {
     /// runner, each polled once, one after another) instead of waking a
     /// runner per call, which spares a short handler part of the worker's
     /// cost per call (15 to 17 % of the worker's CPU for a no-op handler;
-    /// docs/benchmarks.md, "An eighth pass"). Its calls join groups only
+    /// docs/benchmarks.md, "Where the time goes, and what limits it"). Its calls join groups only
     /// after sixteen in a row have ended in their first poll. A call that
     /// awaits in its first poll goes on on a runner of its own, once the
     /// rest of its group has been polled, and sends the handler's next
