@@ -103,25 +103,24 @@ fn client_config(mode: SslMode, root: Option<&str>) -> Result<ClientConfig, Pool
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| PoolError::InvalidSetting(format!("tls: {e}")))?;
-    let config = match mode {
-        SslMode::Disable | SslMode::Prefer | SslMode::Require => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(EncryptOnly(provider)))
-            .with_no_client_auth(),
+    let chain = match mode {
+        SslMode::Disable | SslMode::Prefer | SslMode::Require => None,
         SslMode::VerifyCa | SslMode::VerifyFull => {
             let roots = Arc::new(load_roots(root)?);
-            let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider)
+            let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
                 .build()
                 .map_err(|e| PoolError::InvalidSetting(format!("tls roots: {e}")))?;
-            if mode == SslMode::VerifyFull {
-                builder.with_webpki_verifier(webpki).with_no_client_auth()
-            } else {
-                builder
-                    .dangerous()
-                    .with_custom_certificate_verifier(Arc::new(ChainOnly(webpki)))
-                    .with_no_client_auth()
-            }
+            Some(webpki)
         }
+    };
+    let config = match chain {
+        Some(webpki) if mode == SslMode::VerifyFull => {
+            builder.with_webpki_verifier(webpki).with_no_client_auth()
+        }
+        chain => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(Lenient { provider, chain }))
+            .with_no_client_auth(),
     };
     Ok(config)
 }
@@ -167,51 +166,18 @@ fn add_pem_file(store: &mut RootCertStore, path: &Path) -> Result<(), PoolError>
     Ok(())
 }
 
-/// `prefer` and `require`: encrypt, and prove the handshake was signed by
-/// the certificate's key, but trust any certificate (libpq's behaviour).
+/// `prefer`, `require` and `verify-ca`: encrypt, and prove the handshake
+/// was signed by the certificate's key. Without a chain check any
+/// certificate is trusted (libpq's `prefer` and `require`); with one
+/// (`verify-ca`) the chain must reach a trusted root, and the name may differ.
 #[derive(Debug)]
-struct EncryptOnly(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for EncryptOnly {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct Lenient {
+    provider: Arc<CryptoProvider>,
+    /// `verify-ca`'s verifier, built from the same provider.
+    chain: Option<Arc<WebPkiServerVerifier>>,
 }
 
-/// `verify-ca`: the chain must reach a trusted root; the name may differ.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -220,7 +186,8 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+        let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -234,7 +201,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -243,11 +210,11 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 

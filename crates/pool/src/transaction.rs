@@ -53,14 +53,20 @@ impl PoolTransaction {
         self.lease.as_mut().expect("a live transaction holds its connection")
     }
 
-    async fn end(mut self, command: &'static str) -> Result<(), ExecError> {
+    /// Runs `script` on the connection, bounded and counted as any call.
+    async fn batch(&mut self, script: &str) -> Result<(), ExecError> {
         let pool = self.pool.clone();
         let lease = self.lease();
         let client = &lease.conn.client;
         let result = pool
-            .timed(client.cancel_token(), async { client.batch_execute(command).await.map_err(map_error) })
+            .timed(client.cancel_token(), async { client.batch_execute(script).await.map_err(map_error) })
             .await;
         lease.settle(&pool, result.as_ref().map(|_| ()));
+        result
+    }
+
+    async fn end(mut self, command: &'static str) -> Result<(), ExecError> {
+        let result = self.batch(command).await;
         self.lease = None;
         result
     }
@@ -81,14 +87,7 @@ impl PgSession for PoolTransaction {
     }
 
     async fn execute_script(&mut self, script: &str) -> Result<(), ExecError> {
-        let pool = self.pool.clone();
-        let lease = self.lease();
-        let client = &lease.conn.client;
-        let result = pool
-            .timed(client.cancel_token(), async { client.batch_execute(script).await.map_err(map_error) })
-            .await;
-        lease.settle(&pool, result.as_ref().map(|_| ()));
-        result
+        self.batch(script).await
     }
 }
 
