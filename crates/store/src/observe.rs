@@ -115,3 +115,13 @@ pub(crate) fn end<T: ?Sized>(scope: Option<Box<dyn Scope<T>>>, outcome: Result<&
         scope.end(outcome);
     }
 }
+
+/// Awaits `op`, then ends `scope` (if one was started) with its outcome.
+pub(crate) async fn within<T>(
+    scope: Option<Box<dyn Scope<()>>>,
+    op: impl std::future::Future<Output = crate::error::Result<T>>,
+) -> crate::error::Result<T> {
+    let out = op.await;
+    end(scope, out.as_ref().map(|_| &()));
+    out
+}

@@ -69,61 +69,31 @@ impl Value {
     }
 }
 
-impl From<bool> for Value {
-    fn from(v: bool) -> Self {
-        Value::Bool(v)
-    }
+/// `From<T> for Value` for each `(v: T) => value` given.
+macro_rules! value_from {
+    ($(($v:ident: $from:ty) => $make:expr,)*) => {$(
+        impl From<$from> for Value {
+            fn from($v: $from) -> Self {
+                $make
+            }
+        }
+    )*};
 }
-impl From<i32> for Value {
-    fn from(v: i32) -> Self {
-        Value::Int4(v)
-    }
+
+value_from! {
+    (v: bool) => Value::Bool(v),
+    (v: i32) => Value::Int4(v),
+    (v: i64) => Value::Int8(v),
+    (v: f64) => Value::Float8(v),
+    (v: &str) => Value::Text(v.to_owned()),
+    (v: String) => Value::Text(v),
+    (v: &String) => Value::Text(v.clone()),
+    (v: Vec<String>) => Value::TextArray(v),
+    (v: &[String]) => Value::TextArray(v.to_vec()),
+    (v: Json) => Value::Jsonb(v),
+    (v: &Json) => Value::Jsonb(v.clone()),
 }
-impl From<i64> for Value {
-    fn from(v: i64) -> Self {
-        Value::Int8(v)
-    }
-}
-impl From<f64> for Value {
-    fn from(v: f64) -> Self {
-        Value::Float8(v)
-    }
-}
-impl From<&str> for Value {
-    fn from(v: &str) -> Self {
-        Value::Text(v.to_owned())
-    }
-}
-impl From<String> for Value {
-    fn from(v: String) -> Self {
-        Value::Text(v)
-    }
-}
-impl From<&String> for Value {
-    fn from(v: &String) -> Self {
-        Value::Text(v.clone())
-    }
-}
-impl From<Vec<String>> for Value {
-    fn from(v: Vec<String>) -> Self {
-        Value::TextArray(v)
-    }
-}
-impl From<&[String]> for Value {
-    fn from(v: &[String]) -> Self {
-        Value::TextArray(v.to_vec())
-    }
-}
-impl From<Json> for Value {
-    fn from(v: Json) -> Self {
-        Value::Jsonb(v)
-    }
-}
-impl From<&Json> for Value {
-    fn from(v: &Json) -> Self {
-        Value::Jsonb(v.clone())
-    }
-}
+
 impl<T: Into<Value>> From<Option<T>> for Value {
     fn from(v: Option<T>) -> Self {
         v.map_or(Value::Null, Into::into)

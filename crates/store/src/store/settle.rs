@@ -112,10 +112,7 @@ impl<E: PgExecutor> Store<E> {
         count: usize,
         write: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
-        let scope = observe::start(self.observer(), |o| o.settle(count));
-        let out = write.await;
-        observe::end(scope, out.as_ref().map(|_| &()));
-        out
+        observe::within(observe::start(self.observer(), |o| o.settle(count)), write).await
     }
 }
 

@@ -21,9 +21,7 @@ impl<E: PgExecutor> Store<E> {
     /// happens in one transaction under the key's advisory lock.
     pub async fn submit(&self, mut task: NewTask) -> Result<Task> {
         let scope = observe::start(self.observer(), |o| o.submit(std::slice::from_mut(&mut task)));
-        let out = self.submit_one(task).await;
-        observe::end(scope, out.as_ref().map(|_| &()));
-        out
+        observe::within(scope, self.submit_one(task)).await
     }
 
     async fn submit_one(&self, task: NewTask) -> Result<Task> {
@@ -58,13 +56,8 @@ impl<E: PgExecutor> Store<E> {
     /// server inserts faster (`cargo xtask bench` enqueue).
     pub async fn submit_batch(&self, tasks: impl IntoIterator<Item = NewTask>) -> Result<Vec<String>> {
         let (batch, scope) = self.observed_batch(tasks);
-        let out = async {
-            let batch = batch?;
-            if batch.ids.is_empty() {
-                return Ok(Vec::new());
-            }
-            self.life.check()?;
-            self.admit_batch(batch.queues.iter().map(String::as_str)).await?;
+        observe::within(scope, async {
+            let Some(batch) = self.admitted(batch?).await? else { return Ok(Vec::new()) };
             let ids = batch.ids.clone();
             match insert_batch(&mut self.session()?, batch).await {
                 Ok(()) => Ok(ids),
@@ -76,10 +69,8 @@ impl<E: PgExecutor> Store<E> {
                 }
                 Err(e) => Err(e),
             }
-        }
-        .await;
-        observe::end(scope, out.as_ref().map(|_| &()));
-        out
+        })
+        .await
     }
 
     /// [`Store::submit_batch`] inside the caller's transaction.
@@ -89,20 +80,13 @@ impl<E: PgExecutor> Store<E> {
         tasks: impl IntoIterator<Item = NewTask>,
     ) -> Result<Vec<String>> {
         let (batch, scope) = self.observed_batch(tasks);
-        let out = async {
-            let batch = batch?;
-            if batch.ids.is_empty() {
-                return Ok(Vec::new());
-            }
-            self.life.check()?;
-            self.admit_batch(batch.queues.iter().map(String::as_str)).await?;
+        observe::within(scope, async {
+            let Some(batch) = self.admitted(batch?).await? else { return Ok(Vec::new()) };
             let ids = batch.ids.clone();
             insert_batch(tx, batch).await?;
             Ok(ids)
-        }
-        .await;
-        observe::end(scope, out.as_ref().map(|_| &()));
-        out
+        })
+        .await
     }
 
     /// Submits a task inside the caller's transaction: it exists only if the
@@ -110,7 +94,7 @@ impl<E: PgExecutor> Store<E> {
     /// answers, before the caller's commit.)
     pub async fn submit_in(&self, tx: &mut E::Transaction, mut task: NewTask) -> Result<Task> {
         let scope = observe::start(self.observer(), |o| o.submit(std::slice::from_mut(&mut task)));
-        let out = async {
+        observe::within(scope, async {
             task.validate()?;
             self.life.check()?;
             self.admit_one(&task).await?;
@@ -119,10 +103,19 @@ impl<E: PgExecutor> Store<E> {
             } else {
                 submit_keyed(tx, &task).await
             }
+        })
+        .await
+    }
+
+    /// A checked batch with its queues admitted; `None` when it is empty
+    /// (nothing to do).
+    async fn admitted(&self, batch: Batch) -> Result<Option<Batch>> {
+        if batch.ids.is_empty() {
+            return Ok(None);
         }
-        .await;
-        observe::end(scope, out.as_ref().map(|_| &()));
-        out
+        self.life.check()?;
+        self.admit_batch(batch.queues.iter().map(String::as_str)).await?;
+        Ok(Some(batch))
     }
 
     /// The batch's columns, shown to the observer first when there is one
