@@ -191,59 +191,57 @@ mod pool {
 
     fn register(meter: &Meter, name: &str, shared: &Shared) {
         let base = KeyValue::new(POOL, name.to_owned());
-        // Each instrument's callback reads the stats while the handle lives.
         let with = |extra: &[KeyValue]| {
             let mut a = vec![base.clone()];
             a.extend_from_slice(extra);
             a
         };
-        let reader = |shared: &Shared| {
-            let shared = shared.clone();
-            move || shared.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(PgPool::stats)
-        };
 
-        let (stats, used) = (reader(shared), with(&[KeyValue::new("db.client.connection.state", "used")]));
-        let _count = meter
-            .i64_observable_up_down_counter("db.client.connection.count")
-            .with_unit("{connection}")
-            .with_description("Connections in use.")
-            .with_callback(move |o| {
-                if let Some(s) = stats() {
-                    o.observe(s.in_use as i64, &used);
-                }
-            })
-            .build();
+        // The pool's connections as the database client conventions count them.
+        let in_use: fn(&PoolStats) -> i64 = |s| s.in_use as i64;
+        let waiting: fn(&PoolStats) -> i64 = |s| s.waiting as i64;
+        for (name, unit, what, value, a) in [
+            (
+                "db.client.connection.count",
+                "{connection}",
+                "Connections in use.",
+                in_use,
+                with(&[KeyValue::new("db.client.connection.state", "used")]),
+            ),
+            (
+                "db.client.connection.pending_requests",
+                "{request}",
+                "Callers waiting for a connection.",
+                waiting,
+                with(&[]),
+            ),
+        ] {
+            let _gauge = meter
+                .i64_observable_up_down_counter(name)
+                .with_unit(unit)
+                .with_description(what)
+                .with_callback(reporting(shared, move |s, o| o.observe(value(s), &a)))
+                .build();
+        }
 
-        let (stats, a) = (reader(shared), with(&[]));
-        let _pending = meter
-            .i64_observable_up_down_counter("db.client.connection.pending_requests")
-            .with_unit("{request}")
-            .with_description("Callers waiting for a connection.")
-            .with_callback(move |o| {
-                if let Some(s) = stats() {
-                    o.observe(s.waiting as i64, &a);
-                }
-            })
-            .build();
-
-        counter(meter, "waymark.pool.acquires", "{acquire}", "Calls admitted.", reader(shared), {
+        counter(meter, "waymark.pool.acquires", "{acquire}", "Calls admitted.", shared, {
             let a = with(&[]);
-            move |s: &PoolStats, o: &dyn AsyncInstrument<u64>| o.observe(s.acquires, &a)
+            move |s, o| o.observe(s.acquires, &a)
         });
-        counter(meter, "waymark.pool.refusals", "{call}", "Calls refused.", reader(shared), {
+        counter(meter, "waymark.pool.refusals", "{call}", "Calls refused.", shared, {
             let (sat, open) = (
                 with(&[KeyValue::new("waymark.pool.reason", "saturated")]),
                 with(&[KeyValue::new("waymark.pool.reason", "breaker_open")]),
             );
-            move |s: &PoolStats, o: &dyn AsyncInstrument<u64>| {
+            move |s, o| {
                 o.observe(s.saturated, &sat);
                 o.observe(s.breaker_rejections, &open);
             }
         });
-        counter(meter, "waymark.pool.errors", "{error}", "Failed calls, by kind.", reader(shared), {
+        counter(meter, "waymark.pool.errors", "{error}", "Failed calls, by kind.", shared, {
             let kinds = ["connection", "capacity", "query", "timeout"]
                 .map(|k| with(&[KeyValue::new(crate::metrics::key::ERROR_TYPE, k)]));
-            move |s: &PoolStats, o: &dyn AsyncInstrument<u64>| {
+            move |s, o| {
                 for (n, a) in
                     [s.connection_errors, s.capacity_errors, s.query_errors, s.timeouts].iter().zip(&kinds)
                 {
@@ -256,37 +254,31 @@ mod pool {
             "waymark.pool.retries",
             "{call}",
             "Calls sent again after a passing failure.",
-            reader(shared),
+            shared,
             {
                 let a = with(&[]);
-                move |s: &PoolStats, o: &dyn AsyncInstrument<u64>| o.observe(s.retries, &a)
+                move |s, o| o.observe(s.retries, &a)
             },
         );
 
-        let (stats, states) = (
-            reader(shared),
-            [
-                ("closed", BreakerState::Closed),
-                ("open", BreakerState::Open),
-                ("half_open", BreakerState::HalfOpen),
-            ]
-            .map(|(label, state)| (state, with(&[KeyValue::new("waymark.pool.breaker.state", label)]))),
-        );
+        let states = [
+            ("closed", BreakerState::Closed),
+            ("open", BreakerState::Open),
+            ("half_open", BreakerState::HalfOpen),
+        ]
+        .map(|(label, state)| (state, with(&[KeyValue::new("waymark.pool.breaker.state", label)])));
         let _breaker = meter
             .i64_observable_gauge("waymark.pool.breaker.state")
             .with_unit("{state}")
             .with_description("1 for the state the pool's circuit breaker is in, 0 for the others.")
-            .with_callback(move |o| {
-                if let Some(s) = stats() {
-                    for (state, a) in &states {
-                        o.observe(i64::from(s.breaker == *state), a);
-                    }
+            .with_callback(reporting(shared, move |s, o| {
+                for (state, a) in &states {
+                    o.observe(i64::from(s.breaker == *state), a);
                 }
-            })
+            }))
             .build();
 
-        let (stats, p50, p95) = (
-            reader(shared),
+        let (p50, p95) = (
             with(&[KeyValue::new("waymark.quantile", 0.5)]),
             with(&[KeyValue::new("waymark.quantile", 0.95)]),
         );
@@ -294,12 +286,10 @@ mod pool {
             .f64_observable_gauge("waymark.pool.acquire.wait")
             .with_unit("s")
             .with_description("Wait for admission and a connection, over the last 4096 acquires.")
-            .with_callback(move |o| {
-                if let Some(s) = stats() {
-                    o.observe(s.acquire_wait_p50.as_secs_f64(), &p50);
-                    o.observe(s.acquire_wait_p95.as_secs_f64(), &p95);
-                }
-            })
+            .with_callback(reporting(shared, move |s, o| {
+                o.observe(s.acquire_wait_p50.as_secs_f64(), &p50);
+                o.observe(s.acquire_wait_p95.as_secs_f64(), &p95);
+            }))
             .build();
     }
 
@@ -308,18 +298,29 @@ mod pool {
         name: &'static str,
         unit: &'static str,
         what: &'static str,
-        stats: impl Fn() -> Option<PoolStats> + Send + Sync + 'static,
+        shared: &Shared,
         observe: impl Fn(&PoolStats, &dyn AsyncInstrument<u64>) + Send + Sync + 'static,
     ) {
         let _counter = meter
             .u64_observable_counter(name)
             .with_unit(unit)
             .with_description(what)
-            .with_callback(move |o| {
-                if let Some(s) = stats() {
-                    observe(&s, o);
-                }
-            })
+            .with_callback(reporting(shared, observe))
             .build();
+    }
+
+    /// An instrument's callback: `observe` reports the pool's statistics
+    /// while the handle lives, and nothing once it is dropped.
+    fn reporting<M>(
+        shared: &Shared,
+        observe: impl Fn(&PoolStats, &dyn AsyncInstrument<M>) + Send + Sync + 'static,
+    ) -> impl Fn(&dyn AsyncInstrument<M>) + Send + Sync + 'static {
+        let shared = shared.clone();
+        move |o| {
+            let stats = shared.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(PgPool::stats);
+            if let Some(s) = stats {
+                observe(&s, o);
+            }
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! [`Observer`] for [`Telemetry`]: what each submit, claim, settlement and
 //! run records, as metrics and as spans.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -64,23 +65,11 @@ impl Observer for Telemetry {
 
     fn claim(&self, queues: &[String]) -> Option<Box<dyn Scope<[Task]>>> {
         let queue = one_queue(queues.iter().map(String::as_str)).map(str::to_owned);
-        Some(Box::new(ClaimScope {
-            telemetry: self.clone(),
-            parent: Context::current(),
-            queue,
-            started: Instant::now(),
-            start_time: SystemTime::now(),
-        }))
+        Some(Box::new(ClaimScope { call: Call::start(self), queue }))
     }
 
     fn settle(&self, count: usize) -> Option<Box<dyn Scope<()>>> {
-        Some(Box::new(SettleScope {
-            telemetry: self.clone(),
-            parent: Context::current(),
-            count,
-            started: Instant::now(),
-            start_time: SystemTime::now(),
-        }))
+        Some(Box::new(SettleScope { call: Call::start(self), count }))
     }
 
     fn run(&self, task: &Task) -> Option<Box<dyn RunScope>> {
@@ -176,22 +165,60 @@ impl Scope<()> for SubmitScope {
     }
 }
 
-struct ClaimScope {
+/// A claim or settlement write: its client span is made as it ends, from
+/// when it started under the context current then.
+struct Call {
     telemetry: Telemetry,
     parent: Context,
-    queue: Option<String>,
     started: Instant,
     start_time: SystemTime,
 }
 
+impl Call {
+    fn start(telemetry: &Telemetry) -> Call {
+        Call {
+            telemetry: telemetry.clone(),
+            parent: Context::current(),
+            started: Instant::now(),
+            start_time: SystemTime::now(),
+        }
+    }
+
+    /// Records the call's duration, with the error's type if it failed.
+    fn record(&self, attributes: Vec<KeyValue>, error: Option<&Error>) {
+        let seconds = self.started.elapsed().as_secs_f64();
+        self.telemetry.inner.instruments.operation.record(seconds, &with_error(attributes, error));
+    }
+
+    /// Makes and ends the call's span, from its start until now.
+    fn span(&self, name: impl Into<Cow<'static, str>>, attributes: Vec<KeyValue>, error: Option<&Error>) {
+        let tracer = &self.telemetry.inner.tracer;
+        let span = tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Client)
+            .with_start_time(self.start_time)
+            .with_attributes(attributes)
+            .start_with_context(tracer, &self.parent);
+        let cx = self.parent.with_span(span);
+        if let Some(e) = error {
+            set_error(&cx.span(), e);
+        }
+        cx.span().end();
+    }
+}
+
+struct ClaimScope {
+    call: Call,
+    queue: Option<String>,
+}
+
 impl Scope<[Task]> for ClaimScope {
     fn end(self: Box<Self>, outcome: Result<&[Task], &Error>) {
-        let inner = &self.telemetry.inner;
+        let inner = &self.call.telemetry.inner;
         let m = &inner.instruments;
         let mut attributes = operation("claim", "receive");
         attributes.extend(self.queue.as_ref().map(|q| KeyValue::new(key::DESTINATION, q.clone())));
-        m.operation
-            .record(self.started.elapsed().as_secs_f64(), &with_error(attributes.clone(), outcome.err()));
+        self.call.record(attributes.clone(), outcome.err());
         let claimed = outcome.as_ref().map_or(0, |tasks| tasks.len());
         if let Ok(tasks) = outcome {
             let mut groups: BTreeMap<(&str, &str), u64> = BTreeMap::new();
@@ -215,57 +242,29 @@ impl Scope<[Task]> for ClaimScope {
             return;
         }
         attributes.push(KeyValue::new(key::BATCH_COUNT, claimed as i64));
-        let span = inner
-            .tracer
-            .span_builder(span_name("claim", self.queue.as_deref()))
-            .with_kind(SpanKind::Client)
-            .with_start_time(self.start_time)
-            .with_attributes(attributes)
-            .start_with_context(&inner.tracer, &self.parent);
-        let cx = self.parent.with_span(span);
-        if let Err(e) = outcome {
-            set_error(&cx.span(), e);
-        }
-        cx.span().end();
+        self.call.span(span_name("claim", self.queue.as_deref()), attributes, outcome.err());
     }
 }
 
 struct SettleScope {
-    telemetry: Telemetry,
-    parent: Context,
+    call: Call,
     count: usize,
-    started: Instant,
-    start_time: SystemTime,
 }
 
 impl Scope<()> for SettleScope {
     fn end(self: Box<Self>, outcome: Result<&(), &Error>) {
-        let inner = &self.telemetry.inner;
-        let m = &inner.instruments;
         let attributes = operation("settle", "settle");
-        m.operation
-            .record(self.started.elapsed().as_secs_f64(), &with_error(attributes.clone(), outcome.err()));
+        self.call.record(attributes.clone(), outcome.err());
         // A failed batch is settled again one by one, each write recorded:
         // the sizes add up to the settlements written.
         if outcome.is_ok() {
-            m.settle_batch.record(self.count as u64, &attributes);
+            self.call.telemetry.inner.instruments.settle_batch.record(self.count as u64, &attributes);
         }
         let mut span_attributes = attributes;
         span_attributes.push(KeyValue::new(key::BATCH_COUNT, self.count as i64));
         // A settlement made inside a run (one statement per settlement) is
         // a child of the run's span; a batch's write belongs to no one run.
-        let span = inner
-            .tracer
-            .span_builder("settle")
-            .with_kind(SpanKind::Client)
-            .with_start_time(self.start_time)
-            .with_attributes(span_attributes)
-            .start_with_context(&inner.tracer, &self.parent);
-        let cx = self.parent.with_span(span);
-        if let Err(e) = outcome {
-            set_error(&cx.span(), e);
-        }
-        cx.span().end();
+        self.call.span("settle", span_attributes, outcome.err());
     }
 }
 
