@@ -247,22 +247,13 @@ mod tests {
 
     #[test]
     fn params_casts_and_colons() {
+        use Kind::{Cast, Number, Param, Punct, Word};
+        let (kinds, texts): (Vec<Kind>, Vec<&str>) =
+            significant(":id::text a[1:2] := :_x9").into_iter().unzip();
+        assert_eq!(texts, [":id", "::", "text", "a", "[", "1", ":", "2", "]", ":", "=", ":_x9"]);
         assert_eq!(
-            significant(":id::text a[1:2] := :_x9"),
-            vec![
-                (Kind::Param, ":id"),
-                (Kind::Cast, "::"),
-                (Kind::Word, "text"),
-                (Kind::Word, "a"),
-                (Kind::Punct, "["),
-                (Kind::Number, "1"),
-                (Kind::Punct, ":"),
-                (Kind::Number, "2"),
-                (Kind::Punct, "]"),
-                (Kind::Punct, ":"),
-                (Kind::Punct, "="),
-                (Kind::Param, ":_x9"),
-            ]
+            kinds,
+            [Param, Cast, Word, Word, Punct, Number, Punct, Number, Punct, Punct, Punct, Param]
         );
     }
 

@@ -1,190 +1,118 @@
-//! One test per lexing rule and per error, messages included.
+//! One case per lexing rule and per error, messages included.
 
 use waymark_dialect::{parameter_names, rewrite, DialectError};
 
-fn rw(sql: &str) -> (String, Vec<String>) {
-    let r = rewrite(sql).unwrap();
-    (r.sql().to_owned(), r.names().to_vec())
-}
-
-fn names(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| (*s).to_owned()).collect()
-}
-
-#[test]
-fn distinct_names_get_slots_in_first_appearance_order() {
-    assert_eq!(
-        rw("select :b, :a, :b, :c, :a"),
-        ("select $1, $2, $1, $3, $2".to_owned(), names(&["b", "a", "c"]))
-    );
-}
-
-#[test]
-fn no_parameters_leaves_sql_unchanged() {
-    assert_eq!(rw("select 1"), ("select 1".to_owned(), vec![]));
-    assert_eq!(rw(""), (String::new(), vec![]));
-}
-
-#[test]
-fn longest_name_wins() {
-    assert_eq!(
-        rw(":id = any(:ids) and :ids_2 > :id"),
-        ("$1 = any($2) and $3 > $1".to_owned(), names(&["id", "ids", "ids_2"]))
-    );
-}
-
-#[test]
-fn names_may_start_with_underscore_and_hold_digits() {
-    assert_eq!(rw(":_a1+:B2"), ("$1+$2".to_owned(), names(&["_a1", "B2"])));
-}
-
-#[test]
-fn cast_is_never_a_parameter() {
-    assert_eq!(
-        rw(":id::text, x::int8, (:names::text[] is null)"),
-        ("$1::text, x::int8, ($2::text[] is null)".to_owned(), names(&["id", "names"]))
-    );
-}
-
-#[test]
-fn colon_without_name_is_left_alone() {
-    assert_eq!(rw("a[1:2], b := 3, c : d, :1, :"), ("a[1:2], b := 3, c : d, :1, :".to_owned(), vec![]));
-}
-
-#[test]
-fn identifier_right_before_colon_does_not_stop_a_parameter() {
-    assert_eq!(rw("a[lo:hi]"), ("a[lo$1]".to_owned(), names(&["hi"])));
-}
-
-#[test]
-fn single_quoted_strings_are_untouched() {
-    assert_eq!(rw("select ':a', 'it''s :b', :c"), ("select ':a', 'it''s :b', $1".to_owned(), names(&["c"])));
-}
-
-#[test]
-fn backslash_does_not_escape_in_plain_strings() {
+/// Each lexing rule: what it says, the SQL, the SQL it rewrites to, and the
+/// slots' names in order.
+const RULES: &[(&str, &str, &str, &[&str])] = &[
+    (
+        "distinct names get slots in first appearance order",
+        "select :b, :a, :b, :c, :a",
+        "select $1, $2, $1, $3, $2",
+        &["b", "a", "c"],
+    ),
+    ("no parameters leaves sql unchanged", "select 1", "select 1", &[]),
+    ("empty sql stays empty", "", "", &[]),
+    (
+        "longest name wins",
+        ":id = any(:ids) and :ids_2 > :id",
+        "$1 = any($2) and $3 > $1",
+        &["id", "ids", "ids_2"],
+    ),
+    ("names may start with underscore and hold digits", ":_a1+:B2", "$1+$2", &["_a1", "B2"]),
+    (
+        "cast is never a parameter",
+        ":id::text, x::int8, (:names::text[] is null)",
+        "$1::text, x::int8, ($2::text[] is null)",
+        &["id", "names"],
+    ),
+    ("colon without name is left alone", "a[1:2], b := 3, c : d, :1, :", "a[1:2], b := 3, c : d, :1, :", &[]),
+    ("identifier right before colon does not stop a parameter", "a[lo:hi]", "a[lo$1]", &["hi"]),
+    (
+        "single quoted strings are untouched",
+        "select ':a', 'it''s :b', :c",
+        "select ':a', 'it''s :b', $1",
+        &["c"],
+    ),
     // standard_conforming_strings: the string is `\`, and :a is code.
-    assert_eq!(rw(r"'\' || :a"), (r"'\' || $1".to_owned(), names(&["a"])));
-}
-
-#[test]
-fn e_strings_honour_backslash_escapes() {
-    assert_eq!(
-        rw(r"E'\' :x' || e'a\\' || :y || E''' :w' :z"),
-        (r"E'\' :x' || e'a\\' || $1 || E''' :w' $2".to_owned(), names(&["y", "z"]))
-    );
-}
-
-#[test]
-fn e_prefix_must_stand_alone() {
+    ("backslash does not escape in plain strings", r"'\' || :a", r"'\' || $1", &["a"]),
+    (
+        "e strings honour backslash escapes",
+        r"E'\' :x' || e'a\\' || :y || E''' :w' :z",
+        r"E'\' :x' || e'a\\' || $1 || E''' :w' $2",
+        &["y", "z"],
+    ),
     // `name'...'` is not an E-string: the backslash does not escape.
-    assert_eq!(rw(r"type'\' :a"), (r"type'\' $1".to_owned(), names(&["a"])));
-}
+    ("e prefix must stand alone", r"type'\' :a", r"type'\' $1", &["a"]),
+    (
+        "quoted identifiers are untouched",
+        r#"select "a:b", "say ""x:y""" from t where c = :c"#,
+        r#"select "a:b", "say ""x:y""" from t where c = $1"#,
+        &["c"],
+    ),
+    (
+        "dollar quoted bodies are untouched",
+        "do $$ :a $$; select $fn$ :b $x$ $ $fn$, :c, $_t1$:d$_t1$",
+        "do $$ :a $$; select $fn$ :b $x$ $ $fn$, $1, $_t1$:d$_t1$",
+        &["c"],
+    ),
+    ("dollar digit is not a dollar quote", "select $1, :a, $2", "select $1, $1, $2", &["a"]),
+    ("dollar inside identifier is not a dollar quote", "select a$b$ :c", "select a$b$ $1", &["c"]),
+    (
+        "line comments are untouched",
+        "-- params: a text\nselect :a -- and :b\n, :c --",
+        "-- params: a text\nselect $1 -- and :b\n, $2 --",
+        &["a", "c"],
+    ),
+    (
+        "block comments nest",
+        "/* :a /* :b */ :c */ :d /**/ :e",
+        "/* :a /* :b */ :c */ $1 /**/ $2",
+        &["d", "e"],
+    ),
+    (
+        "comment and quote markers inside each other are inert",
+        "'--' :a '/*' :b /* ' */ :c -- $$\n:d",
+        "'--' $1 '/*' $2 /* ' */ $3 -- $$\n$4",
+        &["a", "b", "c", "d"],
+    ),
+    ("non ascii text is preserved", "select 'é:x', ünï, :a -- ✓ :b", "select 'é:x', ünï, $1 -- ✓ :b", &["a"]),
+];
 
 #[test]
-fn quoted_identifiers_are_untouched() {
-    assert_eq!(
-        rw(r#"select "a:b", "say ""x:y""" from t where c = :c"#),
-        (r#"select "a:b", "say ""x:y""" from t where c = $1"#.to_owned(), names(&["c"]))
-    );
-}
-
-#[test]
-fn dollar_quoted_bodies_are_untouched() {
-    assert_eq!(
-        rw("do $$ :a $$; select $fn$ :b $x$ $ $fn$, :c, $_t1$:d$_t1$"),
-        ("do $$ :a $$; select $fn$ :b $x$ $ $fn$, $1, $_t1$:d$_t1$".to_owned(), names(&["c"]))
-    );
-}
-
-#[test]
-fn dollar_digit_is_not_a_dollar_quote() {
-    assert_eq!(rw("select $1, :a, $2"), ("select $1, $1, $2".to_owned(), names(&["a"])));
-}
-
-#[test]
-fn dollar_inside_identifier_is_not_a_dollar_quote() {
-    assert_eq!(rw("select a$b$ :c"), ("select a$b$ $1".to_owned(), names(&["c"])));
-}
-
-#[test]
-fn line_comments_are_untouched() {
-    assert_eq!(
-        rw("-- params: a text\nselect :a -- and :b\n, :c --"),
-        ("-- params: a text\nselect $1 -- and :b\n, $2 --".to_owned(), names(&["a", "c"]))
-    );
-}
-
-#[test]
-fn block_comments_nest() {
-    assert_eq!(
-        rw("/* :a /* :b */ :c */ :d /**/ :e"),
-        ("/* :a /* :b */ :c */ $1 /**/ $2".to_owned(), names(&["d", "e"]))
-    );
-}
-
-#[test]
-fn comment_and_quote_markers_inside_each_other_are_inert() {
-    assert_eq!(
-        rw("'--' :a '/*' :b /* ' */ :c -- $$\n:d"),
-        ("'--' $1 '/*' $2 /* ' */ $3 -- $$\n$4".to_owned(), names(&["a", "b", "c", "d"]))
-    );
-}
-
-#[test]
-fn non_ascii_text_is_preserved() {
-    assert_eq!(
-        rw("select 'é:x', ünï, :a -- ✓ :b"),
-        ("select 'é:x', ünï, $1 -- ✓ :b".to_owned(), names(&["a"]))
-    );
+fn each_lexing_rule_rewrites_as_it_says() {
+    for (rule, sql, expected, names) in RULES {
+        let r = rewrite(sql).unwrap_or_else(|e| panic!("{rule}: {e}"));
+        assert_eq!(r.sql(), *expected, "{rule}");
+        assert_eq!(r.names(), *names, "{rule}: the slots' names");
+    }
 }
 
 #[test]
 fn parameter_names_matches_rewrite() {
     let sql = "select :b, ':x', :a, :b";
-    assert_eq!(parameter_names(sql).unwrap(), names(&["b", "a"]));
+    assert_eq!(parameter_names(sql).unwrap(), ["b", "a"]);
     assert_eq!(parameter_names(sql).unwrap(), rewrite(sql).unwrap().names());
 }
 
-fn unterminated(sql: &str) -> DialectError {
-    let err = rewrite(sql).unwrap_err();
-    assert_eq!(parameter_names(sql).unwrap_err(), err);
-    assert_eq!(waymark_dialect::specialise(sql, &[]).unwrap_err(), err);
-    err
-}
-
+/// Each unterminated construct: the SQL, what is unterminated, and the byte
+/// where it starts (an E-string's at its prefix; a block comment's counts
+/// nesting).
 #[test]
-fn unterminated_string_literal() {
-    let err = unterminated("select :a, 'it''s");
-    assert_eq!(err, DialectError::Unterminated { what: "string literal", offset: 11 });
-    assert_eq!(err.to_string(), "unterminated string literal starting at byte 11");
-}
-
-#[test]
-fn unterminated_e_string_reports_the_prefix() {
-    let err = unterminated(r"x = E'\'");
-    assert_eq!(err, DialectError::Unterminated { what: "string literal", offset: 4 });
-}
-
-#[test]
-fn unterminated_quoted_identifier() {
-    let err = unterminated(r#"select "a"""#);
-    assert_eq!(err, DialectError::Unterminated { what: "quoted identifier", offset: 7 });
-    assert_eq!(err.to_string(), "unterminated quoted identifier starting at byte 7");
-}
-
-#[test]
-fn unterminated_dollar_quoted_body() {
-    let err = unterminated("do $fn$ begin end $f$");
-    assert_eq!(err, DialectError::Unterminated { what: "dollar-quoted body", offset: 3 });
-    assert_eq!(err.to_string(), "unterminated dollar-quoted body starting at byte 3");
-}
-
-#[test]
-fn unterminated_block_comment_counts_nesting() {
-    let err = unterminated("x /* a /* b */ c");
-    assert_eq!(err, DialectError::Unterminated { what: "block comment", offset: 2 });
-    assert_eq!(err.to_string(), "unterminated block comment starting at byte 2");
+fn every_entry_point_reports_an_unterminated_construct_and_where_it_starts() {
+    for (sql, what, offset) in [
+        ("select :a, 'it''s", "string literal", 11),
+        (r"x = E'\'", "string literal", 4),
+        (r#"select "a"""#, "quoted identifier", 7),
+        ("do $fn$ begin end $f$", "dollar-quoted body", 3),
+        ("x /* a /* b */ c", "block comment", 2),
+    ] {
+        let err = rewrite(sql).unwrap_err();
+        assert_eq!(err, DialectError::Unterminated { what, offset }, "{sql}");
+        assert_eq!(parameter_names(sql).unwrap_err(), err, "{sql}");
+        assert_eq!(waymark_dialect::specialise(sql, &[]).unwrap_err(), err, "{sql}");
+        assert_eq!(err.to_string(), format!("unterminated {what} starting at byte {offset}"));
+    }
 }
 
 #[test]
@@ -195,25 +123,35 @@ fn bind_order_maps_slots_to_bound_positions() {
     assert_eq!(rewrite("select 1").unwrap().bind_order(&[]).unwrap(), Vec::<usize>::new());
 }
 
+/// Each way bound names can fail to fit the SQL's: the SQL, the names
+/// bound, the error and its message.
 #[test]
-fn bind_order_unbound() {
-    let err = rewrite("select :a, :b").unwrap().bind_order(&["a"]).unwrap_err();
-    assert_eq!(err, DialectError::Unbound { name: "b".to_owned() });
-    assert_eq!(err.to_string(), "parameter `b` is used in the sql but not bound");
-}
-
-#[test]
-fn bind_order_unused() {
-    let err = rewrite("select :a").unwrap().bind_order(&["z", "a"]).unwrap_err();
-    assert_eq!(err, DialectError::Unused { name: "z".to_owned() });
-    assert_eq!(err.to_string(), "parameter `z` is bound but the sql never uses it");
-}
-
-#[test]
-fn bind_order_duplicate() {
-    let err = rewrite("select :a").unwrap().bind_order(&["a", "a"]).unwrap_err();
-    assert_eq!(err, DialectError::DuplicateBinding { name: "a".to_owned() });
-    assert_eq!(err.to_string(), "parameter `a` is bound more than once");
+fn bind_order_names_the_parameter_that_does_not_fit() {
+    let name = |n: &str| n.to_owned();
+    for (sql, bound, expected, message) in [
+        (
+            "select :a, :b",
+            &["a"][..],
+            DialectError::Unbound { name: name("b") },
+            "parameter `b` is used in the sql but not bound",
+        ),
+        (
+            "select :a",
+            &["z", "a"],
+            DialectError::Unused { name: name("z") },
+            "parameter `z` is bound but the sql never uses it",
+        ),
+        (
+            "select :a",
+            &["a", "a"],
+            DialectError::DuplicateBinding { name: name("a") },
+            "parameter `a` is bound more than once",
+        ),
+    ] {
+        let err = rewrite(sql).unwrap().bind_order(bound).unwrap_err();
+        assert_eq!(err, expected, "{sql} bound to {bound:?}");
+        assert_eq!(err.to_string(), message);
+    }
 }
 
 #[test]

@@ -173,11 +173,15 @@ mod tests {
 
     #[test]
     fn labels_name_user_host_port_and_database_but_no_password() {
-        assert_eq!(label("postgres://app:secret@db.internal:6543/jobs"), "app@db.internal:6543/jobs");
-        assert_eq!(label("postgres://app@db/jobs"), "app@db:5432/jobs");
-        assert_eq!(label("postgres://app@db"), "app@db:5432/app");
-        assert_eq!(label("host=a,b port=1,2 user=u dbname=d password=p"), "u@a:1,b:2/d");
-        assert_eq!(label("host=/run/postgresql user=u dbname=d"), "u@/run/postgresql:5432/d");
+        for (url, expected) in [
+            ("postgres://app:secret@db.internal:6543/jobs", "app@db.internal:6543/jobs"),
+            ("postgres://app@db/jobs", "app@db:5432/jobs"),
+            ("postgres://app@db", "app@db:5432/app"),
+            ("host=a,b port=1,2 user=u dbname=d password=p", "u@a:1,b:2/d"),
+            ("host=/run/postgresql user=u dbname=d", "u@/run/postgresql:5432/d"),
+        ] {
+            assert_eq!(label(url), expected, "{url}");
+        }
         assert!(!label("postgres://app:hunter2@db/jobs").contains("hunter2"));
     }
 

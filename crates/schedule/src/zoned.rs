@@ -112,15 +112,7 @@ fn first_change(zone: &Tz, from: i64, to: i64) -> Option<(i64, i64)> {
         let probe = below.saturating_add(PROBE_STEP).min(to);
         if offset_at(zone, probe)? != offset {
             // One change in (below, probe]: find its first instant.
-            let (mut same, mut differs) = (below, probe);
-            while differs - same > 1 {
-                let mid = same + (differs - same) / 2;
-                if offset_at(zone, mid)? == offset {
-                    same = mid;
-                } else {
-                    differs = mid;
-                }
-            }
+            let differs = bisect(below, probe, |ms| Some(offset_at(zone, ms)? == offset))?;
             return Some((differs, offset_at(zone, differs)?));
         }
         below = probe;
@@ -136,20 +128,26 @@ fn last_change(zone: &Tz, from: i64, to: i64) -> Option<(i64, i64)> {
     while above > from {
         let probe = above.saturating_sub(PROBE_STEP).max(from);
         if offset_at(zone, probe)? != offset {
-            let (mut differs, mut same) = (probe, above);
-            while same - differs > 1 {
-                let mid = differs + (same - differs) / 2;
-                if offset_at(zone, mid)? == offset {
-                    same = mid;
-                } else {
-                    differs = mid;
-                }
-            }
+            let same = bisect(probe, above, |ms| Some(offset_at(zone, ms)? != offset))?;
             return Some((same, offset_at(zone, same - 1)?));
         }
         above = probe;
     }
     None
+}
+
+/// The first instant in `(low, high]` where `before` stops holding, given
+/// that it holds at `low`, not at `high`, and changes once between them.
+fn bisect(mut low: i64, mut high: i64, before: impl Fn(i64) -> Option<bool>) -> Option<i64> {
+    while high - low > 1 {
+        let mid = low + (high - low) / 2;
+        if before(mid)? {
+            low = mid;
+        } else {
+            high = mid;
+        }
+    }
+    Some(high)
 }
 
 /// Whether `ms` is the second occurrence of a local time that a clock set

@@ -68,16 +68,21 @@ pub async fn fail_retries_after_the_delay<E: PgExecutor>(store: &Store<E>) {
     assert_eq!(store.retry(&p.id, false).await.expect("retry queued"), None, "only failed or canceled retry");
 }
 
+/// The ids of `n` tasks submitted and claimed by `w1`, in submit order.
+async fn claimed_in_order<E: PgExecutor>(store: &Store<E>, n: i64) -> Vec<String> {
+    for i in 0..n {
+        store.submit(NewTask::new("b", json!({ "i": i }))).await.expect("submit");
+    }
+    let mut claimed = store.claim(&claim("w1").limit(n)).await.expect("claim");
+    claimed.sort_by_key(|t| t.payload["i"].as_i64());
+    claimed.into_iter().map(|t| t.id).collect()
+}
+
 /// Several settlements in one transaction: completes of one worker in one
 /// statement, a failure beside them, a stolen lease and a cancel request;
 /// each is answered on its own.
 pub async fn settle_batch_answers_each_settlement_on_its_own<E: PgExecutor>(store: &Store<E>) {
-    for i in 0..5 {
-        store.submit(NewTask::new("b", json!({ "i": i }))).await.expect("submit");
-    }
-    let mut claimed = store.claim(&claim("w1").limit(5)).await.expect("claim");
-    claimed.sort_by_key(|t| t.payload["i"].as_i64());
-    let ids: Vec<String> = claimed.iter().map(|t| t.id.clone()).collect();
+    let ids = claimed_in_order(store, 5).await;
     store.cancel(&ids[1]).await.expect("cancel request on a running task");
     let held = |i: usize, worker: &str| Lease::new(&ids[i], worker);
     let items = vec![
@@ -107,12 +112,7 @@ pub async fn settle_batch_answers_each_settlement_on_its_own<E: PgExecutor>(stor
 /// The usual batch, one worker's completes, is one statement (run without
 /// a transaction); each settlement is still answered on its own.
 pub async fn settle_batch_of_one_workers_completes_answers_each<E: PgExecutor>(store: &Store<E>) {
-    for i in 0..4 {
-        store.submit(NewTask::new("b", json!({ "i": i }))).await.expect("submit");
-    }
-    let mut claimed = store.claim(&claim("w1").limit(4)).await.expect("claim");
-    claimed.sort_by_key(|t| t.payload["i"].as_i64());
-    let ids: Vec<String> = claimed.iter().map(|t| t.id.clone()).collect();
+    let ids = claimed_in_order(store, 4).await;
     store.cancel(&ids[1]).await.expect("cancel request");
     store.complete(&Lease::new(&ids[2], "w1"), json!("early")).await.expect("settled before the batch");
     let complete =

@@ -168,22 +168,27 @@ impl Running {
 
     /// Reports a settlement of this run that committed.
     pub(crate) fn report_settled(&self, status: TaskStatus) {
-        self.observe_end(RunEnd::Settled(status));
-        self.events.emit(|| WorkerEvent::Settled {
-            task_id: self.id().to_owned(),
-            attempt: self.attempt(),
+        self.report(RunEnd::Settled(status), |task_id, attempt| WorkerEvent::Settled {
+            task_id,
+            attempt,
             status,
         });
     }
 
     /// Reports a give-back of this run's task that committed.
     pub(crate) fn report_given_back(&self, status: TaskStatus) {
-        self.observe_end(RunEnd::GivenBack(status));
-        self.events.emit(|| WorkerEvent::GivenBack {
-            task_id: self.id().to_owned(),
-            attempt: self.attempt(),
+        self.report(RunEnd::GivenBack(status), |task_id, attempt| WorkerEvent::GivenBack {
+            task_id,
+            attempt,
             status,
         });
+    }
+
+    /// Tells the observer how the run ended, and the subscribers the event
+    /// `event` makes from the task's id and attempt.
+    fn report(&self, end: RunEnd, event: impl FnOnce(String, i32) -> WorkerEvent) {
+        self.observe_end(end);
+        self.events.emit(|| event(self.id().to_owned(), self.attempt()));
     }
 
     /// Fires the token, keeping the first reason.
