@@ -87,25 +87,18 @@ impl FleetLimit {
         FleetLimit { queue: None, name: Some(name.into()), group: None, max_running }
     }
 
-    /// Narrows a limit to the tasks of `name` in its queue (or widens a
-    /// name limit's scope to one queue).
-    pub fn in_queue(mut self, queue: impl Into<String>) -> Self {
-        self.queue = Some(queue.into());
-        self
-    }
+    setters! {
+        /// Narrows a limit to the tasks of `name` in its queue (or widens a
+        /// name limit's scope to one queue).
+        pub fn in_queue(queue: impl Into<String>) => queue = Some(queue.into());
 
-    /// Narrows a queue limit to the tasks named `name`.
-    pub fn named(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
+        /// Narrows a queue limit to the tasks named `name`.
+        pub fn named(name: impl Into<String>) => name = Some(name.into());
 
-    /// Applies the limit to each group on its own: with
-    /// `GroupKey::payload(["tenant"])` and a limit of 1, one task per tenant
-    /// runs at once.
-    pub fn per_group(mut self, key: GroupKey) -> Self {
-        self.group = Some(key);
-        self
+        /// Applies the limit to each group on its own: with
+        /// `GroupKey::payload(["tenant"])` and a limit of 1, one task per tenant
+        /// runs at once.
+        pub fn per_group(key: GroupKey) => group = Some(key);
     }
 
     /// The queue the limit is on, if it is on one.

@@ -38,6 +38,19 @@
 //! does the same for a task's settlement (a handler reaches it through
 //! `TaskContext::complete_in`).
 
+/// Builder setters: each `vis fn name(arg: Type) => field = value;`, with
+/// its doc comment, is the method `vis fn name(mut self, arg: Type) -> Self`
+/// that sets `field` to `value` and returns the builder.
+macro_rules! setters {
+    ($($(#[$attr:meta])* $vis:vis fn $name:ident($arg:ident: $ty:ty) => $field:ident = $value:expr;)*) => {$(
+        $(#[$attr])*
+        $vis fn $name(mut self, $arg: $ty) -> Self {
+            self.$field = $value;
+            self
+        }
+    )*};
+}
+
 mod backoff;
 mod backpressure;
 mod cells;

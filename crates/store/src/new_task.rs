@@ -118,64 +118,36 @@ impl NewTask {
         }
     }
 
-    /// Sets the deduplication key.
-    pub fn key(mut self, key: impl Into<String>) -> Self {
-        self.key = Some(key.into());
-        self
-    }
+    setters! {
+        /// Sets the deduplication key.
+        pub fn key(key: impl Into<String>) => key = Some(key.into());
 
-    /// Sets the conflict strategy for the key.
-    pub fn conflict(mut self, conflict: Conflict) -> Self {
-        self.conflict = conflict;
-        self
-    }
+        /// Sets the conflict strategy for the key.
+        pub fn conflict(conflict: Conflict) => conflict = conflict;
 
-    /// Sets the queue.
-    pub fn queue(mut self, queue: impl Into<String>) -> Self {
-        self.queue = queue.into();
-        self
-    }
+        /// Sets the queue.
+        pub fn queue(queue: impl Into<String>) => queue = queue.into();
 
-    /// Sets the number of runs allowed.
-    pub fn max_attempts(mut self, n: i32) -> Self {
-        self.max_attempts = n;
-        self
-    }
+        /// Sets the number of runs allowed.
+        pub fn max_attempts(n: i32) => max_attempts = n;
 
-    /// Sets the priority.
-    pub fn priority(mut self, p: i32) -> Self {
-        self.priority = p;
-        self
-    }
+        /// Sets the priority.
+        pub fn priority(p: i32) => priority = p;
 
-    /// Sets the metadata: any JSON value, kept as it is.
-    pub fn metadata(mut self, metadata: Json) -> Self {
-        self.metadata = metadata;
-        self
-    }
+        /// Sets the metadata: any JSON value, kept as it is.
+        pub fn metadata(metadata: Json) => metadata = metadata;
 
-    /// Delays the task by `delay`.
-    pub fn delay(mut self, delay: Duration) -> Self {
-        self.delay = delay;
-        self
-    }
+        /// Delays the task by `delay`.
+        pub fn delay(delay: Duration) => delay = delay;
 
-    /// Sets the parent task.
-    pub fn parent_id(mut self, id: impl Into<String>) -> Self {
-        self.parent_id = Some(id.into());
-        self
-    }
+        /// Sets the parent task.
+        pub fn parent_id(id: impl Into<String>) => parent_id = Some(id.into());
 
-    /// Sets the root task.
-    pub fn root_id(mut self, id: impl Into<String>) -> Self {
-        self.root_id = Some(id.into());
-        self
-    }
+        /// Sets the root task.
+        pub fn root_id(id: impl Into<String>) => root_id = Some(id.into());
 
-    /// Sets the correlation id.
-    pub fn correlation_id(mut self, id: impl Into<String>) -> Self {
-        self.correlation_id = Some(id.into());
-        self
+        /// Sets the correlation id.
+        pub fn correlation_id(id: impl Into<String>) => correlation_id = Some(id.into());
     }
 
     pub(crate) fn validate(&self) -> Result<()> {

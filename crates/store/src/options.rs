@@ -58,28 +58,18 @@ impl ClaimRequest {
         self
     }
 
-    /// Sets the lease length.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self
-    }
+    setters! {
+        /// Sets the lease length.
+        pub fn lease(lease: Duration) => lease = lease;
 
-    /// Sets the most tasks to claim.
-    pub fn limit(mut self, limit: i64) -> Self {
-        self.limit = limit;
-        self
-    }
+        /// Sets the most tasks to claim.
+        pub fn limit(limit: i64) => limit = limit;
 
-    /// Turns the probe (and the lease recovery it may start) on or off.
-    pub fn probe(mut self, probe: bool) -> Self {
-        self.probe = probe;
-        self
-    }
+        /// Turns the probe (and the lease recovery it may start) on or off.
+        pub fn probe(probe: bool) => probe = probe;
 
-    /// Claims under a fleet-wide limit.
-    pub fn fleet_limit(mut self, limit: FleetLimit) -> Self {
-        self.fleet_limit = Some(limit);
-        self
+        /// Claims under a fleet-wide limit.
+        pub fn fleet_limit(limit: FleetLimit) => fleet_limit = Some(limit);
     }
 }
 
@@ -155,16 +145,12 @@ impl Failure {
         Failure { error, retryable: true, delay: Duration::ZERO }
     }
 
-    /// Sets whether it may be retried.
-    pub fn retryable(mut self, retryable: bool) -> Self {
-        self.retryable = retryable;
-        self
-    }
+    setters! {
+        /// Sets whether it may be retried.
+        pub fn retryable(retryable: bool) => retryable = retryable;
 
-    /// Sets the retry delay.
-    pub fn delay(mut self, delay: Duration) -> Self {
-        self.delay = delay;
-        self
+        /// Sets the retry delay.
+        pub fn delay(delay: Duration) => delay = delay;
     }
 }
 

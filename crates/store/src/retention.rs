@@ -35,22 +35,15 @@ impl RetentionRule {
         RetentionRule { older_than, queue: None, status: None, name: None }
     }
 
-    /// Only tasks of `queue`.
-    pub fn queue(mut self, queue: impl Into<String>) -> Self {
-        self.queue = Some(queue.into());
-        self
-    }
+    setters! {
+        /// Only tasks of `queue`.
+        pub fn queue(queue: impl Into<String>) => queue = Some(queue.into());
 
-    /// Only tasks that ended `status` (succeeded, failed or canceled).
-    pub fn status(mut self, status: TaskStatus) -> Self {
-        self.status = Some(status);
-        self
-    }
+        /// Only tasks that ended `status` (succeeded, failed or canceled).
+        pub fn status(status: TaskStatus) => status = Some(status);
 
-    /// Only tasks named `name`.
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
-        self
+        /// Only tasks named `name`.
+        pub fn name(name: impl Into<String>) => name = Some(name.into());
     }
 }
 
@@ -87,17 +80,13 @@ impl Retention {
         Retention { rules: rules.into_iter().collect(), interval: Duration::from_secs(3600), batch: 1000 }
     }
 
-    /// Time between sweeps of a [`Sweeper`]; the first comes one interval
-    /// after it starts. Defaults to one hour.
-    pub fn interval(mut self, interval: Duration) -> Self {
-        self.interval = interval;
-        self
-    }
+    setters! {
+        /// Time between sweeps of a [`Sweeper`]; the first comes one interval
+        /// after it starts. Defaults to one hour.
+        pub fn interval(interval: Duration) => interval = interval;
 
-    /// Most rows one purge statement deletes. Defaults to 1000.
-    pub fn batch(mut self, batch: i64) -> Self {
-        self.batch = batch;
-        self
+        /// Most rows one purge statement deletes. Defaults to 1000.
+        pub fn batch(batch: i64) => batch = batch;
     }
 
     /// The rules.

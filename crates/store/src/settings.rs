@@ -70,76 +70,57 @@ impl ConnectOptions {
         ConnectOptions::default()
     }
 
-    /// The schema the installation lives in: connecting creates it if it
-    /// is missing, and the schema guard checks that the executor's
-    /// connections see it (the executor must set `search_path` to it on
-    /// every connection; the built-in pool's `PgPoolBuilder::schema` does).
-    /// Defaults to none: the connection's current schema.
-    pub fn schema(mut self, schema: impl Into<String>) -> Self {
-        self.schema = Some(schema.into());
-        self
-    }
+    setters! {
+        /// The schema the installation lives in: connecting creates it if it
+        /// is missing, and the schema guard checks that the executor's
+        /// connections see it (the executor must set `search_path` to it on
+        /// every connection; the built-in pool's `PgPoolBuilder::schema` does).
+        /// Defaults to none: the connection's current schema.
+        pub fn schema(schema: impl Into<String>) => schema = Some(schema.into());
 
-    /// Whether connecting applies pending migrations. Off, the schema
-    /// guard and the protocol version check still run, so a store never
-    /// works against an installation it does not speak. Defaults to true.
-    pub fn migrate(mut self, migrate: bool) -> Self {
-        self.migrate = migrate;
-        self
-    }
+        /// Whether connecting applies pending migrations. Off, the schema
+        /// guard and the protocol version check still run, so a store never
+        /// works against an installation it does not speak. Defaults to true.
+        pub fn migrate(migrate: bool) => migrate = migrate;
 
-    /// Bounds each lock wait inside the store's transactions (a keyed
-    /// submit's key lock, a claim after lease recovery, a keyed cancel or
-    /// retry): past it the operation fails with
-    /// [`Error::LockTimeout`](crate::Error::LockTimeout) and commits
-    /// nothing. Set per transaction, so it never leaks to other users of a
-    /// connection; the `*_in` forms run under the caller's transaction's
-    /// own setting. At least 1 ms. Defaults to 5 s
-    /// ([`DEFAULT_LOCK_TIMEOUT`]).
-    pub fn lock_timeout(mut self, timeout: Duration) -> Self {
-        self.lock_timeout = timeout;
-        self
-    }
+        /// Bounds each lock wait inside the store's transactions (a keyed
+        /// submit's key lock, a claim after lease recovery, a keyed cancel or
+        /// retry): past it the operation fails with
+        /// [`Error::LockTimeout`](crate::Error::LockTimeout) and commits
+        /// nothing. Set per transaction, so it never leaks to other users of a
+        /// connection; the `*_in` forms run under the caller's transaction's
+        /// own setting. At least 1 ms. Defaults to 5 s
+        /// ([`DEFAULT_LOCK_TIMEOUT`]).
+        pub fn lock_timeout(timeout: Duration) => lock_timeout = timeout;
 
-    /// Bounds how long a migration waits for the ledger lock (another
-    /// migrator) or a lock on a table it alters. Past it, migrating fails
-    /// with [`Error::MigrationTimeout`](crate::Error::MigrationTimeout)
-    /// naming the migration, having committed nothing of it; migrating
-    /// again resumes there. Transaction-local. At least 1 ms. Defaults to
-    /// 30 s ([`DEFAULT_MIGRATION_LOCK_TIMEOUT`]).
-    pub fn migration_lock_timeout(mut self, timeout: Duration) -> Self {
-        self.migration_lock_timeout = timeout;
-        self
-    }
+        /// Bounds how long a migration waits for the ledger lock (another
+        /// migrator) or a lock on a table it alters. Past it, migrating fails
+        /// with [`Error::MigrationTimeout`](crate::Error::MigrationTimeout)
+        /// naming the migration, having committed nothing of it; migrating
+        /// again resumes there. Transaction-local. At least 1 ms. Defaults to
+        /// 30 s ([`DEFAULT_MIGRATION_LOCK_TIMEOUT`]).
+        pub fn migration_lock_timeout(timeout: Duration) => migration_lock_timeout = timeout;
 
-    /// Bounds one statement of a migration, as
-    /// [`ConnectOptions::migration_lock_timeout`] bounds its lock waits.
-    /// Transaction-local. At least 1 ms. Defaults to 5 min
-    /// ([`DEFAULT_MIGRATION_STATEMENT_TIMEOUT`]).
-    pub fn migration_statement_timeout(mut self, timeout: Duration) -> Self {
-        self.migration_statement_timeout = timeout;
-        self
-    }
+        /// Bounds one statement of a migration, as
+        /// [`ConnectOptions::migration_lock_timeout`] bounds its lock waits.
+        /// Transaction-local. At least 1 ms. Defaults to 5 min
+        /// ([`DEFAULT_MIGRATION_STATEMENT_TIMEOUT`]).
+        pub fn migration_statement_timeout(timeout: Duration) => migration_statement_timeout = timeout;
 
-    /// Gates the store's submits (those of its clones and of workers'
-    /// child submits too, and those of the `*_in` forms, inside the
-    /// caller's transaction) by depth limits: a submit to a queue at its
-    /// limit waits for room, up to the maximum wait, then fails with
-    /// [`Error::QueueFull`](crate::Error::QueueFull), having submitted
-    /// nothing. The limit is soft across producers; see
-    /// [`MAX_GRANT`](crate::MAX_GRANT). Bad limits are refused when the
-    /// store is made. Defaults to none: no queue is limited.
-    pub fn backpressure(mut self, limits: Backpressure) -> Self {
-        self.backpressure = Some(limits);
-        self
-    }
+        /// Gates the store's submits (those of its clones and of workers'
+        /// child submits too, and those of the `*_in` forms, inside the
+        /// caller's transaction) by depth limits: a submit to a queue at its
+        /// limit waits for room, up to the maximum wait, then fails with
+        /// [`Error::QueueFull`](crate::Error::QueueFull), having submitted
+        /// nothing. The limit is soft across producers; see
+        /// [`MAX_GRANT`](crate::MAX_GRANT). Bad limits are refused when the
+        /// store is made. Defaults to none: no queue is limited.
+        pub fn backpressure(limits: Backpressure) => backpressure = Some(limits);
 
-    /// Reports the store's submits, claims and settlements, and the runs
-    /// of workers on it, to `observer` (see [`Observer`]; `waymark-otel`
-    /// makes OpenTelemetry metrics and spans of them). Defaults to none,
-    /// which costs one `Option` check per operation.
-    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
-        self.observer = Some(observer);
-        self
+        /// Reports the store's submits, claims and settlements, and the runs
+        /// of workers on it, to `observer` (see [`Observer`]; `waymark-otel`
+        /// makes OpenTelemetry metrics and spans of them). Defaults to none,
+        /// which costs one `Option` check per operation.
+        pub fn observer(observer: Arc<dyn Observer>) => observer = Some(observer);
     }
 }
