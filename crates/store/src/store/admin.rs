@@ -107,13 +107,7 @@ impl<E: PgExecutor> Store<E> {
     /// many batches that takes (`filter.limit` is not read): a count to show
     /// before deleting (a waymark addition, `purge_count.sql`).
     pub async fn purge_count(&self, filter: &PurgeFilter) -> Result<i64> {
-        let older_than_ms = purge_cutoff(filter)?;
-        let binds: Binds = vec![
-            ("queue", filter.queue.as_deref().into()),
-            ("status", filter.status.map(TaskStatus::as_str).into()),
-            ("name", filter.name.as_deref().into()),
-            ("older_than_ms", older_than_ms.into()),
-        ];
+        let binds = purge_scope(filter)?;
         let mut row = run_opt(&mut self.session()?, Statement::PurgeCount, binds)
             .await?
             .ok_or_else(|| Error::Internal("the purge count answered no row".to_owned()))?;
@@ -147,13 +141,19 @@ async fn retry_by_key<S: PgSession + ?Sized>(
     }
 }
 
-/// A purge's cutoff in ms, its filter checked (a status must be terminal).
-fn purge_cutoff(filter: &PurgeFilter) -> Result<i64> {
+/// The binds of which tasks a purge takes (all but its limit), its filter
+/// checked (a status must be terminal).
+fn purge_scope(filter: &PurgeFilter) -> Result<Binds> {
     let older_than_ms = millis("purge older_than", filter.older_than)?;
     if let Some(st) = filter.status.filter(|st| !st.is_terminal()) {
         return Err(Error::invalid(format!("purge status must be succeeded, failed or canceled, got {st}")));
     }
-    Ok(older_than_ms)
+    Ok(vec![
+        ("queue", filter.queue.as_deref().into()),
+        ("status", filter.status.map(TaskStatus::as_str).into()),
+        ("name", filter.name.as_deref().into()),
+        ("older_than_ms", older_than_ms.into()),
+    ])
 }
 
 /// A purge's binds, its filter checked before any I/O.
@@ -162,14 +162,9 @@ fn purge_binds(filter: &PurgeFilter) -> Result<Binds> {
         millis("purge older_than", filter.older_than)?;
         return Err(Error::invalid(format!("purge limit must be at least 1, got {}", filter.limit)));
     }
-    let older_than_ms = purge_cutoff(filter)?;
-    Ok(vec![
-        ("queue", filter.queue.as_deref().into()),
-        ("status", filter.status.map(TaskStatus::as_str).into()),
-        ("name", filter.name.as_deref().into()),
-        ("older_than_ms", older_than_ms.into()),
-        ("limit", filter.limit.into()),
-    ])
+    let mut binds = purge_scope(filter)?;
+    binds.push(("limit", filter.limit.into()));
+    Ok(binds)
 }
 
 async fn purge<S: PgSession + ?Sized>(s: &mut S, binds: Binds) -> Result<Vec<String>> {
