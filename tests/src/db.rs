@@ -62,6 +62,20 @@ impl TestSchema {
     }
 }
 
+impl TestSchema {
+    /// The rows of `table` in the schema, counted.
+    pub async fn count(&self, table: &str) -> i64 {
+        let sql = format!("select count(*) from \"{}\".{table}", self.schema);
+        admin_client(&self.url).await.query_one(&sql, &[]).await.expect("count").get(0)
+    }
+
+    /// Runs `sql` in the schema (its search path), as another client would.
+    pub async fn execute(&self, sql: &str) {
+        let script = format!("set search_path to \"{}\"; {sql}", self.schema);
+        admin_client(&self.url).await.batch_execute(&script).await.expect("execute");
+    }
+}
+
 impl std::ops::Deref for TestSchema {
     type Target = waymark_testing::TestSchema;
 

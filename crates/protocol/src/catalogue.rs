@@ -111,6 +111,19 @@ catalogue! {
     SetLockTimeout => "set_lock_timeout",
     SetTimeouts => "set_timeouts",
     Clock => "clock",
+    WaymarkLedgerCreate => "waymark_ledger_create",
+    WaymarkLedgerExists => "waymark_ledger_exists",
+    WaymarkLedgerLock => "waymark_ledger_lock",
+    WaymarkLedgerList => "waymark_ledger_list",
+    WaymarkLedgerRecord => "waymark_ledger_record",
+    HeldSubmit => "held_submit",
+    HeldSettled => "held_settled",
+    HeldEmit => "held_emit",
+    HeldOperate => "held_operate",
+    HeldSweep => "held_sweep",
+    HeldGet => "held_get",
+    HeldList => "held_list",
+    HeldPurge => "held_purge",
 }
 
 impl Statement {

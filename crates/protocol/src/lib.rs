@@ -21,7 +21,7 @@ mod scripts;
 
 pub use catalogue::{Statement, StatementDef};
 pub use header::{Param, ParamType};
-pub use migrations::{migrations, Migration};
+pub use migrations::{ledger_migrations, migrations, Migration};
 pub use scripts::{create_schema_script, is_valid_schema_name, set_search_path_script};
 
 /// The protocol version this crate speaks (the `protocol_version` meta row).

@@ -11,9 +11,11 @@ pub struct Migration {
 }
 
 impl Migration {
-    /// The leading number of the file name.
+    /// The file name's number: its leading four digits, after the
+    /// `waymark_` of a waymark ledger migration.
     pub fn number(&self) -> u32 {
-        self.name[..4].parse().unwrap_or(0)
+        let digits = self.name.strip_prefix("waymark_").unwrap_or(self.name);
+        digits.get(..4).and_then(|n| n.parse().ok()).unwrap_or(0)
     }
 }
 
@@ -39,4 +41,20 @@ static MIGRATIONS: [Migration; 10] = [
 /// Every migration, in the order it must be applied.
 pub fn migrations() -> &'static [Migration] {
     &MIGRATIONS
+}
+
+macro_rules! ledger_migration {
+    ($file:literal) => {
+        Migration { name: $file, sql: include_str!(concat!("../protocol-sql/ledgers/", $file)) }
+    };
+}
+
+static LEDGER_MIGRATIONS: [Migration; 1] = [ledger_migration!("waymark_0001_held_tasks.sql")];
+
+/// waymark's own migrations, in order: the ledgers beside cairnq's tables
+/// (held tasks, keys' order, events), recorded in `waymark_migrations`
+/// rather than in cairnq's ledger. None touches a cairnq table, index,
+/// trigger or version.
+pub fn ledger_migrations() -> &'static [Migration] {
+    &LEDGER_MIGRATIONS
 }

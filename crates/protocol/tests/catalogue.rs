@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use waymark_protocol::{migrations, Statement};
+use waymark_protocol::{ledger_migrations, migrations, Statement};
 
 fn sql_files(dir: &str) -> BTreeSet<String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("protocol-sql").join(dir);
@@ -32,6 +32,17 @@ fn every_migration_file_is_listed_in_order_and_the_reverse() {
     assert_eq!(on_disk, listed);
     for (i, m) in migrations().iter().enumerate() {
         assert_eq!(m.number() as usize, i + 1, "{} is out of sequence", m.name);
+    }
+}
+
+#[test]
+fn every_ledger_migration_file_is_listed_in_order_and_the_reverse() {
+    let on_disk: Vec<String> = sql_files("ledgers").into_iter().collect();
+    let listed: Vec<String> = ledger_migrations().iter().map(|m| m.name.to_owned()).collect();
+    assert_eq!(on_disk, listed);
+    for (i, m) in ledger_migrations().iter().enumerate() {
+        assert_eq!(m.number() as usize, i + 1, "{} is out of sequence", m.name);
+        assert!(!m.sql.contains("cairnq_meta"), "{} must leave cairnq's versions alone", m.name);
     }
 }
 

@@ -258,7 +258,7 @@ impl Error {
         }
     }
 
-    fn exec_error(&self) -> Option<&ExecError> {
+    pub(crate) fn exec_error(&self) -> Option<&ExecError> {
         match self {
             Error::Executor(e) | Error::Migration { source: e, .. } => Some(e),
             _ => None,

@@ -34,6 +34,9 @@ pub struct Lease {
     // and a lease is copied into each write made with it.
     task_id: Arc<str>,
     worker_id: Arc<str>,
+    // A task released from the held ledger: its settlement passes its end
+    // on to what waits for it, in the same transaction.
+    from_held: bool,
 }
 
 /// A worker id for one claim: `worker_id`, `/`, and a number no other call
@@ -65,7 +68,21 @@ impl Lease {
     /// [`Lease::new`] from ids the caller holds shared already (a worker,
     /// whose id every lease it takes names): no copy of either is made.
     pub fn shared(task_id: Arc<str>, worker_id: Arc<str>) -> Self {
-        Lease { task_id, worker_id }
+        Lease { task_id, worker_id, from_held: false }
+    }
+
+    /// Marks the lease's task as released from the held ledger (its
+    /// metadata says `waymark_held`, as [`Task::is_from_held`] reads it):
+    /// a settlement of it then releases, in its own transaction, the tasks
+    /// that waited for it. [`Task::lease`] sets it.
+    pub fn from_held(mut self, yes: bool) -> Self {
+        self.from_held = yes;
+        self
+    }
+
+    /// Whether the task was released from the held ledger.
+    pub fn is_from_held(&self) -> bool {
+        self.from_held
     }
 
     /// The task.
@@ -103,13 +120,21 @@ impl fmt::Display for Lease {
 }
 
 impl Task {
+    /// Whether the task was released from waymark's held ledger: its
+    /// metadata is an object with `waymark_held: true`.
+    pub fn is_from_held(&self) -> bool {
+        self.metadata.get("waymark_held") == Some(&serde_json::Value::Bool(true))
+    }
+
     /// The lease of this claim: the task and the worker id it was claimed
     /// under. An
     /// [`Error::InvalidArgument`] for a task that is not running (a row
     /// read before a claim or after a settlement holds no lease).
     pub fn lease(&self) -> Result<Lease> {
         match (&self.status, &self.worker_id) {
-            (TaskStatus::Running, Some(worker)) => Ok(Lease::new(self.id.clone(), worker.clone())),
+            (TaskStatus::Running, Some(worker)) => {
+                Ok(Lease::new(self.id.clone(), worker.clone()).from_held(self.is_from_held()))
+            }
             (status, _) => {
                 Err(Error::invalid(format!("task {} is {status}, not running: it holds no lease", self.id)))
             }

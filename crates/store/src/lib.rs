@@ -59,6 +59,8 @@ mod definition;
 mod error;
 mod executor;
 mod fleet;
+mod held;
+mod held_view;
 mod id;
 mod lease;
 mod migrate;
@@ -85,6 +87,8 @@ pub use executor::{
     PgExecutor, PgSession, PgTransaction, Sql,
 };
 pub use fleet::{FleetLimit, GroupKey, FLEET_LIMIT_TURN_WAIT};
+pub use held::{Flow, Held, OnDeadline};
+pub use held_view::{HeldFilter, HeldReceipt, HeldState, HeldSweep, HeldTask};
 pub use id::{new_task_id, task_id_from_parts};
 pub use lease::{claim_id, Lease};
 pub use migrate::{MigrationReport, MigrationState};
@@ -96,7 +100,7 @@ pub use settings::{
     ConnectOptions, DEFAULT_LOCK_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT, DEFAULT_MIGRATION_STATEMENT_TIMEOUT,
 };
 pub use signals::Signal;
-pub use store::Store;
+pub use store::{Store, EVENT_RETENTION};
 pub use task::{
     codes, Beat, ErrorEnvelope, Renewal, Settled, StatusCounts, Task, TaskState, TaskStatus, Unreadable,
 };

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use waymark_protocol::{migrations, Statement, PROTOCOL_VERSION};
+use waymark_protocol::{ledger_migrations, migrations, Migration, Statement, PROTOCOL_VERSION};
 
 use crate::cells::{int8, opt_bool, opt_text, text};
 use crate::error::{Error, Result};
@@ -88,30 +88,64 @@ pub(crate) async fn guard_schema<E: PgExecutor>(exec: &E, schema: Option<&str>) 
     }
 }
 
-/// Applies every pending migration, one transaction each, under the ledger's
-/// exclusive lock, so concurrent migrators (waymark or any cairnq SDK) apply
-/// each file exactly once.
+/// A migration ledger: cairnq's (`cairnq_migrations`, shared with every
+/// cairnq SDK) or waymark's own (`waymark_migrations`, for the ledgers of
+/// held tasks and events), with its statements and its files.
+struct Ledger {
+    create: Statement,
+    exists: Statement,
+    lock: Statement,
+    list: Statement,
+    record: Statement,
+    files: fn() -> &'static [Migration],
+}
+
+/// cairnq's first, then waymark's, whose tables may name cairnq's.
+const LEDGERS: [Ledger; 2] = [
+    Ledger {
+        create: Statement::LedgerCreate,
+        exists: Statement::LedgerExists,
+        lock: Statement::LedgerLock,
+        list: Statement::LedgerList,
+        record: Statement::LedgerRecord,
+        files: migrations,
+    },
+    Ledger {
+        create: Statement::WaymarkLedgerCreate,
+        exists: Statement::WaymarkLedgerExists,
+        lock: Statement::WaymarkLedgerLock,
+        list: Statement::WaymarkLedgerList,
+        record: Statement::WaymarkLedgerRecord,
+        files: ledger_migrations,
+    },
+];
+
+/// Applies every pending migration, one transaction each, under its
+/// ledger's exclusive lock, so concurrent migrators (waymark or any cairnq
+/// SDK) apply each file exactly once: cairnq's files, then waymark's.
 pub(crate) async fn migrate<E: PgExecutor>(exec: &E, limits: &MigrationTimeouts) -> Result<MigrationReport> {
-    create_ledger(exec).await?;
     let mut report = MigrationReport::default();
-    for m in migrations() {
-        let mut tx = exec.begin().await?;
-        let outcome = apply_one(&mut tx, m.name, m.sql, limits).await;
-        match outcome {
-            Ok(applied) => {
-                tx.commit().await.map_err(|source| Error::Migration { name: m.name.to_owned(), source })?;
-                if applied {
-                    tracing::info!(migration = m.name, "applied migration");
-                    report.applied.push(m.name);
-                } else {
-                    report.skipped += 1;
+    for ledger in &LEDGERS {
+        create_ledger(exec, ledger.create).await?;
+        for m in (ledger.files)() {
+            let mut tx = exec.begin().await?;
+            let outcome = apply_one(&mut tx, ledger, m, limits).await;
+            match outcome {
+                Ok(applied) => {
+                    tx.commit().await.map_err(|source| Error::Migration { name: m.name.to_owned(), source })?;
+                    if applied {
+                        tracing::info!(migration = m.name, "applied migration");
+                        report.applied.push(m.name);
+                    } else {
+                        report.skipped += 1;
+                    }
                 }
-            }
-            Err(e) => {
-                // The error is what matters; a failed rollback only means the
-                // connection is gone, which rolls back as well.
-                let _ = tx.rollback().await;
-                return Err(e);
+                Err(e) => {
+                    // The error is what matters; a failed rollback only means the
+                    // connection is gone, which rolls back as well.
+                    let _ = tx.rollback().await;
+                    return Err(e);
+                }
             }
         }
     }
@@ -122,8 +156,8 @@ pub(crate) async fn migrate<E: PgExecutor>(exec: &E, limits: &MigrationTimeouts)
 /// the loser of the race gets a unique violation (23505), "relation already
 /// exists" (42P07) or "type already exists" (42710). Each means a concurrent
 /// migrator created the ledger, which is all we need.
-async fn create_ledger<E: PgExecutor>(exec: &E) -> Result<()> {
-    match run(&mut Autocommit(exec), Statement::LedgerCreate, vec![]).await {
+async fn create_ledger<E: PgExecutor>(exec: &E, create: Statement) -> Result<()> {
+    match run(&mut Autocommit(exec), create, vec![]).await {
         Err(e) if matches!(e.sqlstate(), Some("23505" | "42P07" | "42710")) => Ok(()),
         other => other.map(|_| ()),
     }
@@ -131,10 +165,11 @@ async fn create_ledger<E: PgExecutor>(exec: &E) -> Result<()> {
 
 async fn apply_one<S: PgSession + ?Sized>(
     tx: &mut S,
-    name: &'static str,
-    sql: &str,
+    ledger: &Ledger,
+    m: &Migration,
     limits: &MigrationTimeouts,
 ) -> Result<bool> {
+    let name = m.name;
     // 55P03: lock_timeout passed; 57014: statement_timeout passed.
     let wrap = |source: ExecError| match source.sqlstate() {
         Some("55P03") => Error::MigrationTimeout {
@@ -158,39 +193,41 @@ async fn apply_one<S: PgSession + ?Sized>(
         ("statement_timeout", Value::from(limits.statement.as_str())),
     ];
     run(tx, Statement::SetTimeouts, bounds).await.map_err(fail)?;
-    run(tx, Statement::LedgerLock, vec![]).await.map_err(fail)?;
-    let applied = applied_names(tx).await.map_err(fail)?;
+    run(tx, ledger.lock, vec![]).await.map_err(fail)?;
+    let applied = applied_names(tx, ledger).await.map_err(fail)?;
     if applied.iter().any(|(n, _)| n == name) {
         return Ok(false);
     }
-    tx.execute_script(sql).await.map_err(wrap)?;
-    run(tx, Statement::LedgerRecord, vec![("name", Value::from(name))]).await.map_err(fail)?;
+    tx.execute_script(m.sql).await.map_err(wrap)?;
+    run(tx, ledger.record, vec![("name", Value::from(name))]).await.map_err(fail)?;
     Ok(true)
 }
 
-async fn applied_names<S: PgSession + ?Sized>(s: &mut S) -> Result<Vec<(String, i64)>> {
-    run(s, Statement::LedgerList, vec![])
+async fn applied_names<S: PgSession + ?Sized>(s: &mut S, ledger: &Ledger) -> Result<Vec<(String, i64)>> {
+    run(s, ledger.list, vec![])
         .await?
         .into_iter()
         .map(|mut row| Ok((text(&mut row, "name")?, int8(&mut row, "applied_at_ms")?)))
         .collect()
 }
 
-/// Every embedded migration with its ledger state; changes nothing.
+/// Every embedded migration with its ledger state (cairnq's files, then
+/// waymark's); changes nothing.
 pub(crate) async fn status<E: PgExecutor>(exec: &E) -> Result<Vec<MigrationState>> {
     let mut session = Autocommit(exec);
-    let present = match run_opt(&mut session, Statement::LedgerExists, vec![]).await? {
-        Some(mut row) => opt_bool(&mut row, "present")?.unwrap_or(false),
-        None => false,
-    };
-    let applied = if present { applied_names(&mut session).await? } else { Vec::new() };
-    Ok(migrations()
-        .iter()
-        .map(|m| MigrationState {
+    let mut out = Vec::new();
+    for ledger in &LEDGERS {
+        let present = match run_opt(&mut session, ledger.exists, vec![]).await? {
+            Some(mut row) => opt_bool(&mut row, "present")?.unwrap_or(false),
+            None => false,
+        };
+        let applied = if present { applied_names(&mut session, ledger).await? } else { Vec::new() };
+        out.extend((ledger.files)().iter().map(|m| MigrationState {
             name: m.name,
             applied_at_ms: applied.iter().find(|(n, _)| n == m.name).map(|(_, at)| *at),
-        })
-        .collect())
+        }));
+    }
+    Ok(out)
 }
 
 /// The protocol version check; a missing meta row reads as 0.

@@ -114,7 +114,9 @@ impl Retention {
 
 impl<E: PgExecutor> Store<E> {
     /// One sweep: each rule's purge, repeated until a batch comes back
-    /// short. Returns how many tasks it deleted. A failure stops the sweep
+    /// short, then the held ledger's ended rows older than the longest
+    /// rule's age ([`Store::purge_held`]), so a ledger row outlives its
+    /// task. Returns how many tasks it deleted. A failure stops the sweep
     /// there; what was deleted before it stays deleted.
     pub async fn sweep(&self, retention: &Retention) -> Result<u64> {
         retention.check()?;
@@ -130,6 +132,18 @@ impl<E: PgExecutor> Store<E> {
             loop {
                 let ids = self.purge(&filter).await?;
                 deleted += ids.len() as u64;
+                if (ids.len() as i64) < retention.batch {
+                    break;
+                }
+            }
+        }
+        if let Some(longest) = retention.rules.iter().map(|r| r.older_than).max() {
+            loop {
+                let ids = match self.purge_held(longest, retention.batch).await {
+                    // 42P01: the ledger was never migrated; nothing to forget.
+                    Err(e) if e.sqlstate() == Some("42P01") => break,
+                    other => other?,
+                };
                 if (ids.len() as i64) < retention.batch {
                     break;
                 }

@@ -79,7 +79,8 @@ pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {
         | CompleteBatch
         | Fail
         | Release
-        | LockTasks => Lane::Critical,
+        | LockTasks
+        | HeldSettled => Lane::Critical,
         _ => Lane::Ordinary,
     };
     let repeatable = matches!(
@@ -109,6 +110,11 @@ pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {
             | SetTimeouts
             | LockKey
             | Clock
+            | WaymarkLedgerCreate
+            | WaymarkLedgerExists
+            | WaymarkLedgerList
+            | HeldGet
+            | HeldList
     );
     (lane, repeatable)
 }

@@ -27,11 +27,14 @@ use crate::value::Value;
 mod admin;
 mod admit;
 mod claim;
+mod held;
 mod protocol;
 mod reads;
 mod renew;
 mod settle;
 mod submit;
+
+pub use held::EVENT_RETENTION;
 
 /// The queue, over any [`PgExecutor`]: the application's operations.
 /// The worker's (claims, lease renewals, settlements) are

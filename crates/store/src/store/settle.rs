@@ -4,7 +4,7 @@
 use serde_json::Value as Json;
 use waymark_protocol::Statement;
 
-use super::{finish, owned, Store};
+use super::{finish, held, owned, Store};
 use crate::cells::text_array;
 use crate::error::{Error, Result};
 use crate::executor::{Lane, PgExecutor, PgSession};
@@ -23,15 +23,13 @@ pub(super) async fn succeed<E: PgExecutor>(
     result: Json,
     message: Option<&str>,
 ) -> Result<Task> {
-    let binds: Binds = vec![("result", result.into()), ("message", message.into())];
-    store
-        .observed_settle(1, async { owned(&mut store.session()?, Statement::Succeed, binds, lease).await })
-        .await
+    store.observed_settle(1, settle_single(store, One::Succeed(lease, result, message))).await
 }
 
 /// `WorkerProtocol::complete`.
 pub(super) async fn complete<E: PgExecutor>(store: &Store<E>, lease: &Lease, result: Json) -> Result<Task> {
-    store.observed_settle(1, async { complete_owned(&mut store.session()?, lease, result).await }).await
+    let item = Settlement::Complete { lease: lease.clone(), result };
+    store.observed_settle(1, settle_single(store, One::Settle(&item))).await
 }
 
 /// `WorkerProtocol::complete_in`.
@@ -44,19 +42,23 @@ pub(super) async fn complete_in<E: PgExecutor>(
     store
         .observed_settle(1, async {
             store.life.check()?;
-            complete_owned(tx, lease, result).await
+            let task = complete_owned(tx, lease, result).await?;
+            pass_on(tx, lease, &task).await?;
+            Ok(task)
         })
         .await
 }
 
 /// `WorkerProtocol::fail`.
 pub(super) async fn fail<E: PgExecutor>(store: &Store<E>, lease: &Lease, failure: &Failure) -> Result<Task> {
-    store.observed_settle(1, async { fail_owned(&mut store.session()?, lease, failure).await }).await
+    let item = Settlement::Fail { lease: lease.clone(), failure: failure.clone() };
+    store.observed_settle(1, settle_single(store, One::Settle(&item))).await
 }
 
 /// `WorkerProtocol::release`.
 pub(super) async fn release<E: PgExecutor>(store: &Store<E>, lease: &Lease) -> Result<Task> {
-    release_owned(&mut store.session()?, lease, std::time::Duration::ZERO).await
+    let item = Settlement::Snooze { lease: lease.clone(), delay: std::time::Duration::ZERO };
+    settle_single(store, One::Settle(&item)).await
 }
 
 /// `WorkerProtocol::snooze`.
@@ -65,16 +67,65 @@ pub(super) async fn snooze<E: PgExecutor>(
     lease: &Lease,
     delay: std::time::Duration,
 ) -> Result<Task> {
-    store.observed_settle(1, async { release_owned(&mut store.session()?, lease, delay).await }).await
+    let item = Settlement::Snooze { lease: lease.clone(), delay };
+    store.observed_settle(1, settle_single(store, One::Settle(&item))).await
 }
 
 /// `WorkerProtocol::settle`.
 pub(super) async fn settle<E: PgExecutor>(store: &Store<E>, settlement: &Settlement) -> Result<Task> {
-    match settlement {
-        Settlement::Complete { lease, result } => complete(store, lease, result.clone()).await,
-        Settlement::Fail { lease, failure } => fail(store, lease, failure).await,
-        Settlement::Snooze { lease, delay } => snooze(store, lease, *delay).await,
+    store.observed_settle(1, settle_single(store, One::Settle(settlement))).await
+}
+
+/// One owned write of a settlement.
+enum One<'a> {
+    Settle(&'a Settlement),
+    Succeed(&'a Lease, Json, Option<&'a str>),
+}
+
+impl One<'_> {
+    fn lease(&self) -> &Lease {
+        match self {
+            One::Settle(item) => item.lease(),
+            One::Succeed(lease, ..) => lease,
+        }
     }
+
+    async fn write<S: PgSession + ?Sized>(self, s: &mut S) -> Result<Task> {
+        match self {
+            One::Settle(item) => write_one(s, item).await,
+            One::Succeed(lease, result, message) => {
+                let binds: Binds = vec![("result", result.into()), ("message", message.into())];
+                owned(s, Statement::Succeed, binds, lease).await
+            }
+        }
+    }
+}
+
+/// One settlement, in autocommit; a task released from the held ledger
+/// settles in a transaction that passes its end on (see [`pass_on`]).
+async fn settle_single<E: PgExecutor>(store: &Store<E>, one: One<'_>) -> Result<Task> {
+    if !one.lease().is_from_held() {
+        return one.write(&mut store.session()?).await;
+    }
+    let lease = one.lease().clone();
+    let mut tx = store.begin(Lane::Critical).await?;
+    let out = async {
+        let task = one.write(&mut tx).await?;
+        pass_on(&mut tx, &lease, &task).await?;
+        Ok(task)
+    }
+    .await;
+    finish(tx, out, "settle").await
+}
+
+/// A task released from the held ledger that this settlement ended: the
+/// ledger passes its end on (releases what waited for its success,
+/// cancels what depended on it) in the settlement's transaction.
+async fn pass_on<S: PgSession + ?Sized>(s: &mut S, lease: &Lease, task: &Task) -> Result<()> {
+    if lease.is_from_held() && task.status.is_terminal() {
+        held::settled(s, vec![task.id.clone()]).await?;
+    }
+    Ok(())
 }
 
 /// `WorkerProtocol::settle_batch`.
@@ -88,7 +139,8 @@ pub(super) async fn settle_batch<E: PgExecutor>(
 impl<E: PgExecutor> Store<E> {
     async fn settle_planned(&self, items: &[Settlement]) -> Result<Vec<Result<Settled>>> {
         let plan = SettlePlan::new(items)?;
-        if plan.statements() <= 1 {
+        let from_held = items.iter().any(|item| item.lease().is_from_held());
+        if plan.statements() <= 1 && !from_held {
             return settle_all(&mut self.session()?, items, &plan).await;
         }
         let mut tx = self.begin(Lane::Critical).await?;
@@ -98,7 +150,21 @@ impl<E: PgExecutor> Store<E> {
             ids.sort();
             ids.dedup();
             run(&mut tx, Statement::LockTasks, vec![("ids", ids.into())]).await?;
-            settle_all(&mut tx, items, &plan).await
+            let outcomes = settle_all(&mut tx, items, &plan).await?;
+            let ended: Vec<String> = items
+                .iter()
+                .zip(&outcomes)
+                .filter_map(|(item, out)| match out {
+                    Ok(settled) if item.lease().is_from_held() && settled.status.is_terminal() => {
+                        Some(settled.id.clone())
+                    }
+                    _ => None,
+                })
+                .collect();
+            if !ended.is_empty() {
+                held::settled(&mut tx, ended).await?;
+            }
+            Ok(outcomes)
         }
         .await;
         finish(tx, out, "settle").await
@@ -216,11 +282,7 @@ async fn settle_all<S: PgSession + ?Sized>(
         }
     }
     for &i in &plan.singles {
-        let out = match &items[i] {
-            Settlement::Complete { lease, result } => complete_owned(s, lease, result.clone()).await,
-            Settlement::Fail { lease, failure } => fail_owned(s, lease, failure).await,
-            Settlement::Snooze { lease, delay } => release_owned(s, lease, *delay).await,
-        };
+        let out = write_one(s, &items[i]).await;
         // A lost lease or a bad argument answers that one settlement; any
         // other error has aborted the transaction.
         if let Err(e) = &out {
@@ -231,6 +293,14 @@ async fn settle_all<S: PgSession + ?Sized>(
         outcomes[i] = Some(out.map(|t| Settled::from(&t)));
     }
     Ok(outcomes.into_iter().map(|o| o.expect("every settlement answered")).collect())
+}
+
+async fn write_one<S: PgSession + ?Sized>(s: &mut S, item: &Settlement) -> Result<Task> {
+    match item {
+        Settlement::Complete { lease, result } => complete_owned(s, lease, result.clone()).await,
+        Settlement::Fail { lease, failure } => fail_owned(s, lease, failure).await,
+        Settlement::Snooze { lease, delay } => release_owned(s, lease, *delay).await,
+    }
 }
 
 pub(super) async fn fail_owned<S: PgSession + ?Sized>(

@@ -25,6 +25,7 @@ pub(crate) struct Settings {
     pub(crate) lease: Duration,
     pub(crate) heartbeat: Duration,
     pub(crate) poll_interval: Duration,
+    pub(crate) held_sweep: Option<Duration>,
     pub(crate) max_run_time: Option<Duration>,
     pub(crate) shutdown_grace: Duration,
     pub(crate) backoff: RetryBackoff,

@@ -25,6 +25,7 @@ pub struct WorkerBuilder<E> {
     lease: Duration,
     heartbeat: Option<Duration>,
     poll_interval: Duration,
+    held_sweep: Option<Duration>,
     max_run_time: Option<Duration>,
     shutdown_grace: Duration,
     backoff: RetryBackoff,
@@ -64,6 +65,7 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
             lease: Duration::from_secs(30),
             heartbeat: None,
             poll_interval: Duration::from_secs(1),
+            held_sweep: Some(Duration::from_secs(1)),
             max_run_time: None,
             shutdown_grace: Duration::from_secs(10),
             backoff: RetryBackoff::default(),
@@ -122,6 +124,17 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
     /// How often to look for work without a wakeup. Defaults to 1 s.
     pub fn poll_interval(mut self, every: Duration) -> Self {
         self.poll_interval = every;
+        self
+    }
+
+    /// How often the worker runs the held ledger's upkeep
+    /// ([`Store::sweep_held`](waymark_store::Store::sweep_held)): it passes
+    /// on the ends of released held tasks that no waymark settlement passed
+    /// on (settled by another SDK, by plain SQL, or by a lease that expired
+    /// for good), and applies event deadlines. `None` turns it off (another
+    /// process must run it then). Defaults to every second.
+    pub fn held_sweep_interval(mut self, every: Option<Duration>) -> Self {
+        self.held_sweep = every;
         self
     }
 
@@ -237,6 +250,9 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
                 self.lease
             ));
         }
+        if self.held_sweep.is_some_and(|d| d.is_zero()) {
+            return bad("held_sweep_interval must be positive".to_owned());
+        }
         if self.poll_interval.is_zero() {
             return bad("poll_interval must be positive".to_owned());
         }
@@ -262,6 +278,7 @@ impl<E: PgExecutor + 'static> WorkerBuilder<E> {
             lease: self.lease,
             heartbeat,
             poll_interval: self.poll_interval,
+            held_sweep: self.held_sweep,
             max_run_time: self.max_run_time,
             shutdown_grace: self.shutdown_grace,
             backoff: self.backoff,

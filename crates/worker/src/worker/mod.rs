@@ -6,6 +6,7 @@ mod builder;
 mod handle;
 mod handlers;
 mod heartbeat;
+mod held_sweep;
 mod run;
 mod shutdown;
 

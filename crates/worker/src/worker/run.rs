@@ -7,6 +7,7 @@ use waymark_store::{PgExecutor, Store};
 
 use super::handle::WorkerHandle;
 use super::heartbeat::heartbeat_loop;
+use super::held_sweep::held_sweep_loop;
 use super::shutdown::shutdown;
 use crate::call::{Handlers, Runs};
 use crate::claim::{claim_loop, Planner};
@@ -94,6 +95,7 @@ impl<E: PgExecutor + 'static> Worker<E> {
         let (settler, batcher) = Settler::start(&shared);
         // Dropped with `run` (a caller's select!, say): no lease outlives it.
         let _beats = AbortOnDrop(tokio::spawn(heartbeat_loop(shared.clone())));
+        let _held = shared.settings.held_sweep.map(|every| AbortOnDrop(tokio::spawn(held_sweep_loop(shared.clone(), every))));
         // And what the batcher still resends stops: its leases are no
         // longer renewed. (At the end of a run that finished, nothing is
         // left to stop.)
