@@ -69,6 +69,14 @@ pub enum Command {
     Watch(WatchArgs),
     /// Serve the web dashboard.
     Ui(UiArgs),
+    /// Held tasks (waiting for a key's turn, other tasks, or an event):
+    /// list, show, release, skip, drop.
+    Held {
+        #[command(subcommand)]
+        command: crate::held::HeldCommand,
+    },
+    /// Emit an event: the tasks held for it go.
+    Emit(crate::held::EmitArgs),
 }
 
 /// One task: by id, or by key.

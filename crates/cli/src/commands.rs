@@ -42,6 +42,8 @@ pub async fn run(cli: Cli) -> Out {
         Command::Purge(args) => crate::bulk::purge(&url, cli.schema.as_deref(), args, json).await,
         Command::Watch(args) => crate::watch::watch(&url, cli.schema.as_deref(), args, json).await,
         Command::Ui(args) => ui(&url, cli.schema.as_deref(), args).await,
+        Command::Held { command } => crate::held::held(&url, cli.schema.as_deref(), command, json).await,
+        Command::Emit(args) => crate::held::emit(&url, cli.schema.as_deref(), args, json).await,
     }
 }
 

@@ -8,6 +8,7 @@ mod args;
 mod bulk;
 mod commands;
 mod error;
+mod held;
 mod render;
 mod shared;
 mod watch;

@@ -305,3 +305,37 @@ async fn watch_redraws_in_a_terminal_as_tasks_are_queued_and_finish() {
     .await;
     schema.drop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_tasks_are_seen_and_operated_from_the_command_line() {
+    let schema = TestSchema::new().await;
+    let store = pool_store(&schema).await;
+    let first = NewTask::new("charge", json!({})).queue("held").ordered_by("account:7");
+    let second = NewTask::new("ship", json!({})).queue("held").ordered_by("account:7");
+    let paid = NewTask::new("thank", json!({})).queue("held").on_event("invoice.paid:7");
+    for held in [first.clone(), second.clone(), paid.clone()] {
+        store.hold(held).await.expect("hold");
+    }
+    let table = expect(&schema, &["held", "list"], 0);
+    assert!(table.contains("its turn in key account:7") && table.contains("event invoice.paid:7"), "{table}");
+    assert!(!table.contains(first.id()), "the key's head is released, not held:\n{table}");
+    let shown = json_of(&expect(&schema, &["held", "show", second.id(), "--json"], 0));
+    assert_eq!(shown["state"], "held");
+    assert_eq!(shown["order_key"], "account:7");
+
+    // Wrong state, unknown id, bad filter: named, nothing changed.
+    let out = waymark(&schema, &["held", "release", first.id()]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("released"), "{}", stderr(&out));
+    assert_eq!(waymark(&schema, &["held", "drop", "task_nope"]).status.code(), Some(3));
+    assert_eq!(waymark(&schema, &["held", "list", "--state", "waiting"]).status.code(), Some(2));
+    assert_eq!(waymark(&schema, &["emit", "x", "--payload", "{not json"]).status.code(), Some(2));
+
+    let emitted = json_of(&expect(&schema, &["emit", "invoice.paid:7", "--payload", "{\"n\":1}", "--json"], 0));
+    assert_eq!(emitted["reached"], 1);
+    assert_eq!(store.fetch(paid.id()).await.expect("released").status, TaskStatus::Queued);
+    assert_eq!(expect(&schema, &["held", "drop", second.id()], 0), format!("{}: canceled\n", second.id()));
+    let left = json_of(&expect(&schema, &["held", "list", "--json"], 0));
+    assert_eq!(left, json!([]), "nothing held");
+    schema.drop().await;
+}

@@ -15,7 +15,8 @@ use crate::new_task::NewTask;
 use crate::options::{millis, non_empty};
 
 /// What happens to a task held for an event when its deadline passes first.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum OnDeadline {
     /// The task is canceled in the ledger, with every task held behind it.
     #[default]

@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use serde::Serialize;
 use serde_json::Value as Json;
 
 use crate::cells::{int8, opt_bool, opt_int8, opt_text, text, text_array};
@@ -12,7 +13,8 @@ use crate::held::OnDeadline;
 use crate::value::Row;
 
 /// Where a task of the held ledger is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum HeldState {
     /// Waiting: not in `cairnq_tasks`; no worker of any SDK can claim it.
     Held,
@@ -50,7 +52,7 @@ impl fmt::Display for HeldState {
 }
 
 /// One task of the held ledger.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct HeldTask {
     /// The task's id, held and in `cairnq_tasks` after its release.
@@ -168,7 +170,7 @@ impl Default for HeldFilter {
 
 /// A submitted held task: its id and whether it went into `cairnq_tasks`
 /// at once (nothing held it).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HeldReceipt {
     /// The task's id.
     pub id: String,
@@ -177,7 +179,7 @@ pub struct HeldReceipt {
 }
 
 /// What one pass of the held ledger's upkeep did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct HeldSweep {
     /// Ends of released tasks passed on that no settlement had passed on
     /// (settled by another SDK or by plain SQL, or a lease that expired
