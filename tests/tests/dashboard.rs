@@ -294,3 +294,41 @@ async fn a_browser_reaches_a_tokenless_dashboard_on_port_80() {
     browser.wait_text("#conn", "the live stream open", WAIT, |t| t == "live").await;
     schema.drop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_shows_as_a_tree_of_its_tasks_and_a_held_task_is_released_with_its_button() {
+    let schema = TestSchema::new().await;
+    let store: Arc<Store<PgPool>> = Arc::new(pool_store(&schema).await);
+    let task = |name: &str| NewTask::new(name, json!({})).queue("ui-flow");
+    let mut flow = waymark_store::Flow::new();
+    let charge = flow.add(task("charge"));
+    let ship = flow.add(task("ship").after([&charge]));
+    let email = flow.add(task("email").after([&ship]).on_event("ui.paid"));
+    store.submit_flow(&flow).await.expect("flow");
+    let addr = serve(Dashboard::new(store.clone())).await;
+
+    let browser = Browser::start();
+    browser.goto(&format!("http://{addr}/"));
+    let held_row = |id: &str| format!("#held-tasks tr[data-id='{id}']");
+    let waits = browser.wait_text(&format!("{} td.waits", held_row(&email)), "email held", WAIT, |t| !t.is_empty()).await;
+    assert!(waits.contains(&ship) && waits.contains("event ui.paid"), "{waits}");
+    // Clicked from the page's script: the live stream redraws the table
+    // under WebDriver's element references.
+    let click = |css: String| browser.execute(&format!("document.querySelector(\"{css}\").click()"));
+    click(format!("{} a.flow-link", held_row(&ship)));
+    // The tree: charge (released, queued) > ship (held) > email (held).
+    let state = |id: &str| format!("#flow-tree li[data-id='{id}'] > span .status");
+    browser.wait_text(&state(&charge), "charge queued in the tree", WAIT, |t| t == "queued").await;
+    let nested = format!("#flow-tree li[data-id='{charge}'] li[data-id='{ship}'] li[data-id='{email}']");
+    browser.wait_text(&format!("{nested} > span .status"), "email under ship under charge", WAIT, |t| t == "held").await;
+
+    // The operator releases email out of turn with its button.
+    click(format!("{} button[data-action='release']", held_row(&email)));
+    browser.wait_text(&state(&email), "email released", WAIT, |t| t == "queued").await;
+    assert_eq!(store.fetch(&email).await.expect("released").status, TaskStatus::Queued);
+    assert_eq!(store.held(&ship).await.unwrap().unwrap().state, waymark_store::HeldState::Held);
+    let shot = waymark_tests::cluster::target_dir().join("waymark-dashboard-flow.png");
+    browser.screenshot(&shot);
+    drop(browser);
+    schema.drop().await;
+}

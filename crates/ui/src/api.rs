@@ -16,13 +16,13 @@ use crate::App;
 const PAGE: &str = include_str!("page.html");
 
 /// The most tasks one page of the list asks for.
-const MAX_PAGE: i64 = 500;
+pub(crate) const MAX_PAGE: i64 = 500;
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
+pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({ "error": message.into() }))).into_response()
 }
 
-fn failed(e: waymark_store::Error) -> Response {
+pub(crate) fn failed(e: waymark_store::Error) -> Response {
     if e.is_invalid_argument() {
         return error(StatusCode::BAD_REQUEST, e.to_string());
     }
@@ -54,7 +54,7 @@ pub(crate) struct ListQuery {
 }
 
 /// An empty field of the form means "any".
-fn given(v: Option<String>) -> Option<String> {
+pub(crate) fn given(v: Option<String>) -> Option<String> {
     v.filter(|s| !s.is_empty())
 }
 

@@ -30,6 +30,7 @@
 
 mod api;
 mod guard;
+mod held;
 mod live;
 
 use std::net::SocketAddr;
@@ -108,6 +109,10 @@ fn router<E: PgExecutor + 'static>(app: Arc<App<E>>) -> Router {
         .route("/api/tasks/{id}", get(api::task::<E>))
         .route("/api/tasks/{id}/cancel", post(api::cancel::<E>))
         .route("/api/tasks/{id}/retry", post(api::retry::<E>))
+        .route("/api/held", get(held::list::<E>))
+        .route("/api/held/{id}", get(held::one::<E>))
+        .route("/api/held/{id}/{action}", post(held::act::<E>))
+        .route("/api/flows/{id}", get(held::flow::<E>))
         .layer(axum::middleware::from_fn_with_state(app.clone(), guard::check::<E>))
         .with_state(app)
 }
