@@ -139,8 +139,7 @@ begin
     ), moved as (
         update waymark_held h
            set state = 'released', released_at_ms = now_ms
-          from ready
-         where h.id = ready.id
+         where h.id = any(array(select id from ready))
         returning h.*
     )
     insert into cairnq_tasks as t (
@@ -182,30 +181,62 @@ begin
     end if;
 end $$;
 
--- p_id succeeded (or was skipped): its dependents count one dependency
--- fewer, and its key moves on.
-create or replace function waymark_held_passed(p_id text, p_key text, p_seq bigint) returns void
+-- p_ids succeeded (or were skipped): their dependents count one
+-- dependency fewer each, and each key whose turn one of them held moves on
+-- to its next held task; what that frees is released. Set-based: one pass
+-- for a whole settlement batch.
+create or replace function waymark_held_pass(p_ids text[]) returns void
 language plpgsql as $$
 declare
     v_ready text[];
+    v_turns text[];
 begin
     with sat as (
-        update waymark_held_deps
+        update waymark_held_deps d
            set satisfied = true
-         where dep_id = p_id and not satisfied
-        returning task_id
+         where d.dep_id = any(p_ids) and not d.satisfied
+        returning d.task_id
+    ), per_task as (
+        select task_id, count(*)::integer as n from sat group by task_id
     ), counted as (
         update waymark_held h
-           set deps_left = h.deps_left - 1
-          from sat
-         where h.id = sat.task_id and h.state = 'held'
+           set deps_left = h.deps_left - (select p.n from per_task p where p.task_id = h.id)
+         where h.id = any(array(select task_id from per_task)) and h.state = 'held'
         returning h.id
     )
-    select coalesce(array_agg(id order by id), '{}') into v_ready from counted;
-    perform waymark_held_release(v_ready);
-    if p_key is not null then
-        perform waymark_held_next_turn(p_key, p_seq);
-    end if;
+    select coalesce(array_agg(id), '{}') into v_ready from counted;
+    with ended as (
+        select h.order_key as key, h.order_seq as seq
+          from waymark_held h
+         where h.id = any(p_ids) and h.order_key is not null
+    ), heads as (
+        select k.key, nxt.id as next_id, nxt.order_seq as next_seq
+          from waymark_order_keys k
+          join ended e on e.key = k.key and k.head_seq = e.seq
+          left join lateral (
+              select h.id, h.order_seq from waymark_held h
+               where h.order_key = k.key and h.state = 'held' and h.order_seq > e.seq
+               order by h.order_seq
+               limit 1
+          ) nxt on true
+         where k.key = any(array(select key from ended))
+         order by k.key
+           for update of k
+    ), moved as (
+        update waymark_order_keys k
+           set head_seq = heads.next_seq, updated_at_ms = waymark_now_ms()
+          from heads
+         where k.key = any(array(select key from heads)) and k.key = heads.key
+        returning k.key
+    ), turned as (
+        update waymark_held h
+           set turn = true
+         where h.id = any(array(select next_id from heads where next_id is not null))
+           and exists (select 1 from moved)
+        returning h.id
+    )
+    select coalesce(array_agg(id), '{}') into v_turns from turned;
+    perform waymark_held_release(v_ready || v_turns);
 end $$;
 
 -- Cancels the held tasks of p_ids, and, through them, every held task that
@@ -260,43 +291,47 @@ end $$;
 -- gone): a success releases what waited for it; a failure or a cancel
 -- cancels what depended on it and holds its key until an operator skips,
 -- drops or retries it. A row still queued or running is left as it is.
--- Runs in the transaction of the settlement it follows. Answers how many
--- ends it passed on.
+-- Runs in the transaction of the settlement it follows, set-based for its
+-- whole batch. Answers how many ends it passed on.
 create or replace function waymark_held_settled(p_ids text[]) returns integer
 language plpgsql as $$
 declare
-    r record;
-    v_outcome text;
-    n integer := 0;
+    v_passed text[];
+    v_failed text[];
 begin
-    for r in
-        select h.id, h.state, h.outcome, h.order_key, h.order_seq, t.status
+    with picked as (
+        select h.id, h.state, (select t.status from cairnq_tasks t where t.id = h.id) as status
           from waymark_held h
-          left join cairnq_tasks t on t.id = h.id
          where h.id = any(p_ids)
            and (h.state = 'released'
                 or (h.state = 'done' and h.outcome in ('failed', 'canceled', 'missing')))
          order by h.id
            for update of h
-    loop
-        if r.status in ('queued', 'running') then
-            continue;
-        end if;
-        v_outcome := coalesce(r.status, 'missing');
-        if r.state = 'done' and (v_outcome <> 'succeeded') then
-            continue;
-        end if;
-        update waymark_held
-           set state = 'done', outcome = v_outcome, done_at_ms = waymark_now_ms()
-         where id = r.id;
-        n := n + 1;
-        if v_outcome = 'succeeded' then
-            perform waymark_held_passed(r.id, r.order_key, r.order_seq);
-        else
-            perform waymark_held_cancel_dependents(array[r.id]);
-        end if;
-    end loop;
-    return n;
+    ), ended as (
+        -- A released row that ended; an ended one only when a retry made
+        -- it succeed after all.
+        select id, state, coalesce(status, 'missing') as outcome
+          from picked
+         where (state = 'released' and (status is null or status in ('succeeded', 'failed', 'canceled')))
+            or (state = 'done' and status = 'succeeded')
+    ), moved as (
+        update waymark_held h
+           set state = 'done', outcome = e.outcome, done_at_ms = waymark_now_ms()
+          from ended e
+         where h.id = e.id
+        returning h.id, e.outcome, e.state as was
+    )
+    select coalesce(array_agg(id) filter (where outcome = 'succeeded'), '{}'),
+           coalesce(array_agg(id) filter (where outcome <> 'succeeded' and was = 'released'), '{}')
+      into v_passed, v_failed
+      from moved;
+    if cardinality(v_passed) > 0 then
+        perform waymark_held_pass(v_passed);
+    end if;
+    if cardinality(v_failed) > 0 then
+        perform waymark_held_cancel_dependents(v_failed);
+    end if;
+    return cardinality(v_passed) + cardinality(v_failed);
 end $$;
 
 -- An event: kept for p_keep_ms, and the held tasks waiting for it get its
@@ -349,7 +384,7 @@ begin
             update waymark_held
                set state = 'done', outcome = 'skipped', done_at_ms = waymark_now_ms()
              where id = p_id;
-            perform waymark_held_passed(p_id, r.order_key, r.order_seq);
+            perform waymark_held_pass(array[p_id]);
             return 'done';
         elsif p_action = 'drop' then
             perform waymark_held_cancel(array[p_id], 'operator');
@@ -361,7 +396,7 @@ begin
            set outcome = case when p_action = 'skip' then 'skipped' else 'dropped' end
          where id = p_id;
         if p_action = 'skip' then
-            perform waymark_held_passed(p_id, r.order_key, r.order_seq);
+            perform waymark_held_pass(array[p_id]);
         elsif r.order_key is not null then
             perform waymark_held_next_turn(r.order_key, r.order_seq);
         end if;
@@ -389,10 +424,10 @@ begin
       from (
         select h.id
           from waymark_held h
-          left join cairnq_tasks t on t.id = h.id
+          left join lateral (select t.status from cairnq_tasks t where t.id = h.id) t on true
          where (h.state = 'released'
                 or (h.state = 'done' and h.outcome in ('failed', 'canceled', 'missing')))
-           and (t.id is null and h.outcome is distinct from 'missing'
+           and (t.status is null and h.outcome is distinct from 'missing'
                 or (h.state = 'released' and t.status in ('succeeded', 'failed', 'canceled'))
                 or (h.state = 'done' and t.status = 'succeeded'))
          limit p_limit

@@ -73,10 +73,10 @@ pub enum Command {
     /// list, show, release, skip, drop.
     Held {
         #[command(subcommand)]
-        command: crate::held::HeldCommand,
+        command: crate::held_args::HeldCommand,
     },
     /// Emit an event: the tasks held for it go.
-    Emit(crate::held::EmitArgs),
+    Emit(crate::held_args::EmitArgs),
 }
 
 /// One task: by id, or by key.

@@ -2,66 +2,13 @@
 //! task waits for: its key's turn, the tasks it names, its event) and
 //! operated (release, skip, drop), and events emitted by hand.
 
-use clap::{Args, Subcommand};
 use serde_json::{json, Value as Json};
 use waymark_store::{HeldFilter, HeldState, HeldTask};
 
 use crate::error::CliError;
+use crate::held_args::{EmitArgs, HeldCommand, HeldListArgs};
 use crate::render;
 use crate::shared::{doc, open, Out};
-
-#[derive(Debug, Subcommand)]
-pub enum HeldCommand {
-    /// Held-ledger tasks, newest first, with what each waits for.
-    List(HeldListArgs),
-    /// One task of the held ledger in full.
-    Show {
-        /// The task id.
-        id: String,
-    },
-    /// Release a held task now, whatever it waits for.
-    Release {
-        /// The task id.
-        id: String,
-    },
-    /// Skip a held task (or a failed head that holds its key): what waits
-    /// on it goes on as if it had succeeded.
-    Skip {
-        /// The task id.
-        id: String,
-    },
-    /// Drop a held task, with every task held behind it (or let a key go on
-    /// past its failed head).
-    Drop {
-        /// The task id.
-        id: String,
-    },
-}
-
-#[derive(Debug, Args)]
-pub struct HeldListArgs {
-    /// Only this state: held, released, done, canceled, or all.
-    #[arg(long, default_value = "held")]
-    pub state: String,
-    /// Only this key.
-    #[arg(long)]
-    pub key: Option<String>,
-    /// Only this flow.
-    #[arg(long)]
-    pub flow: Option<String>,
-    /// Most rows.
-    #[arg(long, default_value_t = 50)]
-    pub limit: i64,
-}
-
-#[derive(Debug, Args)]
-pub struct EmitArgs {
-    /// The event's name.
-    pub name: String,
-    /// Its payload, as JSON.
-    #[arg(long, default_value = "null")]
-    pub payload: String,
-}
 
 pub async fn held(url: &str, schema: Option<&str>, command: HeldCommand, json: bool) -> Out {
     let filter = match &command {

@@ -9,6 +9,7 @@ mod bulk;
 mod commands;
 mod error;
 mod held;
+mod held_args;
 mod render;
 mod shared;
 mod watch;

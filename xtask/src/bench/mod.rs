@@ -8,7 +8,9 @@
 //!
 //! `cargo xtask bench` builds and runs itself in release mode; `binding`
 //! compares statement binding modes, `budget` the worker's statement
-//! budgets beside the baseline at two and three connections, `explain` prints the hot statements'
+//! budgets beside the baseline at two and three connections, `flows` held
+//! tasks beside plain ones (a dependent's start after its predecessor, keys'
+//! ordered drains), `explain` prints the hot statements'
 //! plans on a large backlog, `soak` holds a steady load for a quarter of an
 //! hour (not part of `all`), `server` shows where the server's time per
 //! task goes.
@@ -20,6 +22,7 @@ mod budget;
 mod chart;
 mod dashboard;
 mod explain;
+mod flows;
 mod limits;
 mod measure;
 mod peers;
@@ -102,8 +105,9 @@ pub async fn run(args: &[String]) -> Result<(), String> {
         "soak" => soak::soak(&rest[1..]).await,
         "server" => server::server_costs().await,
         "budget" => budget::budget(rounds).await,
+        "flows" => flows::flows(rounds).await,
         other => Err(format!(
-            "bench: unknown scenario {other:?} (known: all, binding, budget, explain, dashboard, soak, server, {})",
+            "bench: unknown scenario {other:?} (known: all, binding, budget, explain, dashboard, flows, soak, server, {})",
             SCENARIOS.join(", ")
         )),
     }

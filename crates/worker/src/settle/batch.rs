@@ -142,6 +142,11 @@ async fn batch_loop<E: PgExecutor + 'static>(
                 }
             }
         };
+        // A task released from the held ledger, settled while no flush is
+        // in flight, goes at once with what is queued: what waits for it
+        // is released by this commit, and on an idle worker a window
+        // would only delay it.
+        let at_once = first.0.lease().is_from_held() && flushes.is_empty();
         // Sized once (up to a bound): a batch of hundreds would otherwise
         // move each time it grew.
         let mut batch = Vec::with_capacity(max_batch.min(1024));
@@ -151,7 +156,7 @@ async fn batch_loop<E: PgExecutor + 'static>(
         // statement.
         let window_closed = tokio::time::sleep(window);
         tokio::pin!(window_closed);
-        while batch.len() < max_batch {
+        while batch.len() < max_batch && !at_once {
             let room = max_batch - batch.len();
             tokio::select! {
                 biased;
@@ -169,6 +174,12 @@ async fn batch_loop<E: PgExecutor + 'static>(
         // next one back [`HOLD_MAX`] at most.
         let held = tokio::time::sleep(HOLD_MAX);
         tokio::pin!(held);
+        while at_once && batch.len() < max_batch {
+            match rx.try_recv() {
+                Ok(item) => batch.push(item),
+                Err(_) => break,
+            }
+        }
         while batch.len() < max_batch && !flushes.is_empty() {
             let room = max_batch - batch.len();
             tokio::select! {
