@@ -77,3 +77,8 @@ pub async fn connect(url: &str) -> Result<Store<PgPool>, ConnectError> {
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+// And docs/flows.md's.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/flows.md")]
+pub struct FlowsDoctests;
