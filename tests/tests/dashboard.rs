@@ -310,7 +310,9 @@ async fn a_flow_shows_as_a_tree_of_its_tasks_and_a_held_task_is_released_with_it
     let browser = Browser::start();
     browser.goto(&format!("http://{addr}/"));
     let held_row = |id: &str| format!("#held-tasks tr[data-id='{id}']");
-    let waits = browser.wait_text(&format!("{} td.waits", held_row(&email)), "email held", WAIT, |t| !t.is_empty()).await;
+    let waits = browser
+        .wait_text(&format!("{} td.waits", held_row(&email)), "email held", WAIT, |t| !t.is_empty())
+        .await;
     assert!(waits.contains(&ship) && waits.contains("event ui.paid"), "{waits}");
     // Clicked from the page's script: the live stream redraws the table
     // under WebDriver's element references.
@@ -320,7 +322,11 @@ async fn a_flow_shows_as_a_tree_of_its_tasks_and_a_held_task_is_released_with_it
     let state = |id: &str| format!("#flow-tree li[data-id='{id}'] > span .status");
     browser.wait_text(&state(&charge), "charge queued in the tree", WAIT, |t| t == "queued").await;
     let nested = format!("#flow-tree li[data-id='{charge}'] li[data-id='{ship}'] li[data-id='{email}']");
-    browser.wait_text(&format!("{nested} > span .status"), "email under ship under charge", WAIT, |t| t == "held").await;
+    browser
+        .wait_text(&format!("{nested} > span .status"), "email under ship under charge", WAIT, |t| {
+            t == "held"
+        })
+        .await;
 
     // The operator releases email out of turn with its button.
     click(format!("{} button[data-action='release']", held_row(&email)));

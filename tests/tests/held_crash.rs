@@ -88,12 +88,16 @@ async fn ordered_keys_and_graphs_survive_killed_workers_and_backends() {
     }
 
     let effects = || async { schema.count("flow_effects").await as usize };
-    eventually(Duration::from_secs(60), "a quarter of the effects", || async { effects().await >= total / 4 }).await;
+    eventually(Duration::from_secs(60), "a quarter of the effects", || async {
+        effects().await >= total / 4
+    })
+    .await;
     first.start_kill().expect("SIGKILL w1");
     first.wait().await.expect("reaped");
     terminate_backends(&schema).await;
     let (mut third, _l3) = start("w3").await;
-    eventually(Duration::from_secs(60), "half of the effects", || async { effects().await >= total / 2 }).await;
+    eventually(Duration::from_secs(60), "half of the effects", || async { effects().await >= total / 2 })
+        .await;
     second.start_kill().expect("SIGKILL w2");
     second.wait().await.expect("reaped");
     terminate_backends(&schema).await;
@@ -136,7 +140,11 @@ async fn ordered_keys_and_graphs_survive_killed_workers_and_backends() {
             *seen = s;
             if s > 0 {
                 let before = keyed[k * PER_KEY + s - 1].id();
-                assert!(effect_at[before] < started, "key {k}: task {s} started before task {}'s effect", s - 1);
+                assert!(
+                    effect_at[before] < started,
+                    "key {k}: task {s} started before task {}'s effect",
+                    s - 1
+                );
             }
         }
         for p in preds.get(&id).into_iter().flatten() {

@@ -33,8 +33,15 @@ async fn python_clients_and_workers_see_released_tasks_only_and_run_them() {
         async move { admin.query_one(sql, &[]).await.expect(sql).get::<_, String>(0) }
     };
     assert_eq!(one("select value from cairnq_meta where key = 'schema_version'").await, "10");
-    assert_eq!(one("select count(*)::text from cairnq_migrations").await, "10", "waymark's files are not in cairnq's ledger");
-    assert_eq!(one("select string_agg(name, ',') from waymark_migrations").await, "waymark_0001_held_tasks.sql");
+    assert_eq!(
+        one("select count(*)::text from cairnq_migrations").await,
+        "10",
+        "waymark's files are not in cairnq's ledger"
+    );
+    assert_eq!(
+        one("select string_agg(name, ',') from waymark_migrations").await,
+        "waymark_0001_held_tasks.sql"
+    );
 
     // A flow: py.ok, then py.echo after it and after an event.
     let mut flow = Flow::new();
@@ -48,9 +55,11 @@ async fn python_clients_and_workers_see_released_tasks_only_and_run_them() {
     assert_eq!(read["by_id"][&first]["status"], "queued", "{read}");
 
     // A plain task from a Python client, and a waymark task held after it.
-    let submitted = py(&db.url, vec!["submit".into(), json!([{"name": "py.ok", "payload": {"x": 10}}]).to_string()]);
+    let submitted =
+        py(&db.url, vec!["submit".into(), json!([{"name": "py.ok", "payload": {"x": 10}}]).to_string()]);
     let plain = submitted["submitted"][0]["task"]["id"].as_str().expect("python's task id").to_owned();
-    let after_plain = store.hold(NewTask::new("py.echo", json!({"n": 3})).after([plain.clone()])).await.expect("hold");
+    let after_plain =
+        store.hold(NewTask::new("py.echo", json!({"n": 3})).after([plain.clone()])).await.expect("hold");
     assert!(!after_plain.released);
     store.emit("ready:1", json!({"go": true})).await.expect("emit");
 
@@ -62,14 +71,28 @@ async fn python_clients_and_workers_see_released_tasks_only_and_run_them() {
         .start();
     let work = py(
         &db.url,
-        vec!["work".into(), "--timeout-s".into(), "90".into(), "--until".into(), first.clone(), second.clone(), plain.clone(), after_plain.id.clone()],
+        vec![
+            "work".into(),
+            "--timeout-s".into(),
+            "90".into(),
+            "--until".into(),
+            first.clone(),
+            second.clone(),
+            plain.clone(),
+            after_plain.id.clone(),
+        ],
     );
     upkeep.stop().await;
     let runs = work["runs"].as_array().expect("runs");
-    let ran = |id: &str| runs.iter().find(|r| r["id"] == id).unwrap_or_else(|| panic!("{id} did not run: {work}"));
+    let ran =
+        |id: &str| runs.iter().find(|r| r["id"] == id).unwrap_or_else(|| panic!("{id} did not run: {work}"));
     let echoed = ran(&second);
     assert_eq!(echoed["metadata"]["waymark_held"], true, "{echoed}");
-    assert_eq!(echoed["metadata"]["waymark_event"], json!({"name": "ready:1", "payload": {"go": true}}), "{echoed}");
+    assert_eq!(
+        echoed["metadata"]["waymark_event"],
+        json!({"name": "ready:1", "payload": {"go": true}}),
+        "{echoed}"
+    );
     let order = |id: &str| runs.iter().position(|r| r["id"] == id).unwrap();
     assert!(order(&first) < order(&second) && order(&plain) < order(&after_plain.id), "{work}");
     for id in [&first, &second, &plain, &after_plain.id] {

@@ -7,8 +7,8 @@ use serde_json::{json, Value as Json};
 use waymark_pool::PgPool;
 use waymark_store::worker_protocol::WorkerProtocol;
 use waymark_store::{
-    claim_id, ClaimRequest, Failure, Flow, Held, HeldFilter, HeldState, NewTask, OnDeadline, PgExecutor, Store,
-    Task, TaskStatus,
+    claim_id, ClaimRequest, Failure, Flow, Held, HeldFilter, HeldState, NewTask, OnDeadline, PgExecutor,
+    Store, Task, TaskStatus,
 };
 use waymark_tests::{pool_store, TestSchema};
 
@@ -29,7 +29,11 @@ async fn succeed(store: &Store<PgPool>, t: &Task) {
 }
 
 async fn fail_for_good(store: &Store<PgPool>, t: &Task) {
-    let failure = Failure { error: json!({"type": "Test", "code": "task_error"}), retryable: false, delay: Default::default() };
+    let failure = Failure {
+        error: json!({"type": "Test", "code": "task_error"}),
+        retryable: false,
+        delay: Default::default(),
+    };
     store.fail(&t.lease().expect("lease"), &failure).await.expect("fail");
 }
 
@@ -180,8 +184,10 @@ async fn an_end_no_waymark_settlement_passed_on_is_passed_on_by_the_sweep() {
     let plain = store.submit(task("plain")).await.expect("submit");
     let after = store.hold(task("after").after([plain.id.clone()])).await.expect("hold");
     assert!(!after.released);
-    let settled_elsewhere =
-        format!("update cairnq_tasks set status = 'succeeded', completed_at_ms = 1 where id = '{}'", plain.id);
+    let settled_elsewhere = format!(
+        "update cairnq_tasks set status = 'succeeded', completed_at_ms = 1 where id = '{}'",
+        plain.id
+    );
     schema.execute(&settled_elsewhere).await;
     assert_eq!(state(&store, &after.id).await.0, HeldState::Held);
     let pass = store.sweep_held(100).await.expect("sweep");
@@ -198,7 +204,10 @@ async fn an_event_releases_its_tasks_with_its_payload_and_one_emitted_earlier_is
     assert!(!waiting.released);
     assert_eq!(store.emit("invoice.paid:42", json!({"amount": 5})).await.expect("emit"), 1);
     let released = store.fetch(&waiting.id).await.expect("fetch");
-    assert_eq!(released.metadata["waymark_event"], json!({"name": "invoice.paid:42", "payload": {"amount": 5}}));
+    assert_eq!(
+        released.metadata["waymark_event"],
+        json!({"name": "invoice.paid:42", "payload": {"amount": 5}})
+    );
     assert_eq!(released.metadata["waymark_held"], Json::Bool(true));
 
     // Emitted before anyone waits: a later hold goes at once.

@@ -15,12 +15,15 @@ const PRODUCERS: usize = 8;
 const EACH: usize = 25;
 const KEYS: usize = 2;
 
+/// Per key: each run's task id as it started (true) and ended (false).
+type RunLog = Arc<Mutex<HashMap<String, Vec<(String, bool)>>>>;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_producers_on_one_key_get_commit_order_one_task_at_a_time() {
     let schema = TestSchema::new().await;
     let store = Arc::new(pool_store(&schema).await);
     // Per key: the tasks as they ran (start, then end), by producer and index.
-    let log: Arc<Mutex<HashMap<String, Vec<(String, bool)>>>> = Arc::default();
+    let log: RunLog = Arc::default();
     let seen = log.clone();
     let worker = test_worker(&store, "ordered")
         .concurrency(16)
@@ -66,25 +69,39 @@ async fn many_producers_on_one_key_get_commit_order_one_task_at_a_time() {
     let log = log.lock().unwrap().clone();
     for k in 0..KEYS {
         let key = format!("account:{k}");
-        let filter = HeldFilter { state: Some(HeldState::Done), order_key: Some(key.clone()), limit: 1000, ..Default::default() };
+        let filter = HeldFilter {
+            state: Some(HeldState::Done),
+            order_key: Some(key.clone()),
+            limit: 1000,
+            ..Default::default()
+        };
         let mut rows = store.list_held(&filter).await.expect("ledger");
         rows.sort_by_key(|r| r.order_seq);
         let commit_order: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
         let events = &log[&key];
         // Start, end, start, end: never two at once.
         for pair in events.chunks(2) {
-            assert!(pair[0].1 && !pair[1].1 && pair[0].0 == pair[1].0, "key {key}: overlapping runs {pair:?}");
+            assert!(
+                pair[0].1 && !pair[1].1 && pair[0].0 == pair[1].0,
+                "key {key}: overlapping runs {pair:?}"
+            );
         }
         let run_order: Vec<&str> = events.iter().filter(|e| e.1).map(|e| e.0.as_str()).collect();
         assert_eq!(run_order, commit_order, "key {key}: runs in the order the submits committed");
     }
     // Each producer's own tasks of a key ran in the order it submitted them.
-    let position: HashMap<&str, usize> =
-        log.values().flat_map(|e| e.iter().filter(|x| x.1).enumerate().map(|(i, x)| (x.0.as_str(), i))).collect();
+    let position: HashMap<&str, usize> = log
+        .values()
+        .flat_map(|e| e.iter().filter(|x| x.1).enumerate().map(|(i, x)| (x.0.as_str(), i)))
+        .collect();
     for mine in &submitted {
         for k in 0..KEYS {
-            let of_key: Vec<usize> = mine.iter().skip(k).step_by(KEYS).map(|id| position[id.as_str()]).collect();
-            assert!(of_key.windows(2).all(|w| w[0] < w[1]), "a producer's tasks ran out of its order: {of_key:?}");
+            let of_key: Vec<usize> =
+                mine.iter().skip(k).step_by(KEYS).map(|id| position[id.as_str()]).collect();
+            assert!(
+                of_key.windows(2).all(|w| w[0] < w[1]),
+                "a producer's tasks ran out of its order: {of_key:?}"
+            );
         }
     }
     schema.drop().await;

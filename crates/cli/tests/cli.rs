@@ -331,7 +331,8 @@ async fn held_tasks_are_seen_and_operated_from_the_command_line() {
     assert_eq!(waymark(&schema, &["held", "list", "--state", "waiting"]).status.code(), Some(2));
     assert_eq!(waymark(&schema, &["emit", "x", "--payload", "{not json"]).status.code(), Some(2));
 
-    let emitted = json_of(&expect(&schema, &["emit", "invoice.paid:7", "--payload", "{\"n\":1}", "--json"], 0));
+    let emitted =
+        json_of(&expect(&schema, &["emit", "invoice.paid:7", "--payload", "{\"n\":1}", "--json"], 0));
     assert_eq!(emitted["reached"], 1);
     assert_eq!(store.fetch(paid.id()).await.expect("released").status, TaskStatus::Queued);
     assert_eq!(expect(&schema, &["held", "drop", second.id()], 0), format!("{}: canceled\n", second.id()));

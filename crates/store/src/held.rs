@@ -284,7 +284,8 @@ fn dependency_order(tasks: &[Held], index: &HashMap<&str, usize>) -> Result<Vec<
     let mut waiting = vec![0usize; tasks.len()];
     let mut freed_by: Vec<Vec<usize>> = vec![Vec::new(); tasks.len()];
     for (i, held) in tasks.iter().enumerate() {
-        let inside: BTreeSet<usize> = held.after.iter().filter_map(|d| index.get(d.as_str()).copied()).collect();
+        let inside: BTreeSet<usize> =
+            held.after.iter().filter_map(|d| index.get(d.as_str()).copied()).collect();
         waiting[i] = inside.len();
         for d in inside {
             freed_by[d].push(i);
@@ -350,7 +351,10 @@ mod tests {
             (vec![task("a").ordered_by("")], "order key"),
             (vec![task("a").on_event("")], "event name"),
             (vec![task("a").key("k").ordered_by("x")], "has a key"),
-            (vec![task("a").ordered_by("x").deadline(Duration::from_secs(1), OnDeadline::Cancel)], "needs on_event"),
+            (
+                vec![task("a").ordered_by("x").deadline(Duration::from_secs(1), OnDeadline::Cancel)],
+                "needs on_event",
+            ),
             (vec![task("").ordered_by("x")], "task name"),
         ];
         for (tasks, expect) in cases {

@@ -132,7 +132,9 @@ pub(crate) async fn migrate<E: PgExecutor>(exec: &E, limits: &MigrationTimeouts)
             let outcome = apply_one(&mut tx, ledger, m, limits).await;
             match outcome {
                 Ok(applied) => {
-                    tx.commit().await.map_err(|source| Error::Migration { name: m.name.to_owned(), source })?;
+                    tx.commit()
+                        .await
+                        .map_err(|source| Error::Migration { name: m.name.to_owned(), source })?;
                     if applied {
                         tracing::info!(migration = m.name, "applied migration");
                         report.applied.push(m.name);

@@ -34,7 +34,10 @@ async fn main() {
             tokio::time::sleep(Duration::from_millis(2)).await;
             let tx = ctx.begin().await?;
             tx.client()
-                .execute("insert into flow_effects (task_id, at) values ($1, clock_timestamp())", &[&ctx.id()])
+                .execute(
+                    "insert into flow_effects (task_id, at) values ($1, clock_timestamp())",
+                    &[&ctx.id()],
+                )
                 .await
                 .map_err(fail)?;
             ctx.complete_in(tx, serde_json::json!({})).await?;

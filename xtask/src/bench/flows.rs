@@ -100,7 +100,9 @@ async fn one_by_one(server: &str, held: bool) -> Result<Round, String> {
     until_watching(&store).await?;
     tokio::time::sleep(Duration::from_millis(500)).await; // idle
     let clock = CpuClock::start();
-    let step = |seq: u64, first: bool| NewTask::new("bench.step", json!({"seq": seq, "first": first})).queue("bench");
+    let step = |seq: u64, first: bool| {
+        NewTask::new("bench.step", json!({"seq": seq, "first": first})).queue("bench")
+    };
     for seq in 0..FLOWS {
         if held {
             let mut flow = Flow::new();

@@ -167,7 +167,8 @@ impl<E: PgExecutor> Store<E> {
         if limit < 1 {
             return Err(Error::invalid(format!("limit must be at least 1, got {limit}")));
         }
-        let binds: Binds = vec![("older_than_ms", millis("older_than", older_than)?.into()), ("limit", limit.into())];
+        let binds: Binds =
+            vec![("older_than_ms", millis("older_than", older_than)?.into()), ("limit", limit.into())];
         let rows = run(&mut self.session()?, Statement::HeldPurge, binds).await.map_err(ledger_error)?;
         rows.into_iter().map(|mut r| text(&mut r, "id")).collect()
     }
@@ -175,10 +176,13 @@ impl<E: PgExecutor> Store<E> {
 
 async fn submit<S: PgSession + ?Sized>(s: &mut S, tasks: &[Held]) -> Result<Vec<HeldReceipt>> {
     let rows = submit_rows(tasks)?;
-    let answered = run(s, Statement::HeldSubmit, vec![("rows", Value::Jsonb(rows))]).await.map_err(ledger_error)?;
+    let answered =
+        run(s, Statement::HeldSubmit, vec![("rows", Value::Jsonb(rows))]).await.map_err(ledger_error)?;
     answered
         .into_iter()
-        .map(|mut row| Ok(HeldReceipt { id: text(&mut row, "id")?, released: text(&mut row, "state")? == "released" }))
+        .map(|mut row| {
+            Ok(HeldReceipt { id: text(&mut row, "id")?, released: text(&mut row, "state")? == "released" })
+        })
         .collect()
 }
 
@@ -187,7 +191,8 @@ async fn emit<S: PgSession + ?Sized>(s: &mut S, name: &str, payload: Json, keep:
     if name.contains('\0') {
         return Err(Error::invalid("event name holds a NUL character"));
     }
-    let binds: Binds = vec![("name", name.into()), ("payload", payload.into()), ("keep_ms", millis("keep", keep)?.into())];
+    let binds: Binds =
+        vec![("name", name.into()), ("payload", payload.into()), ("keep_ms", millis("keep", keep)?.into())];
     let mut row = run_opt(s, Statement::HeldEmit, binds)
         .await
         .map_err(ledger_error)?

@@ -59,7 +59,8 @@ pub(crate) fn register_calls<E: PgExecutor + 'static>(
                     if let Some(id) = task.worker_id.as_deref().filter(|id| *id != &*owner) {
                         owner = Arc::from(id);
                     }
-                    let lease = Lease::shared(Arc::from(task.id.as_str()), owner.clone()).from_held(task.is_from_held());
+                    let lease = Lease::shared(Arc::from(task.id.as_str()), owner.clone())
+                        .from_held(task.is_from_held());
                     Running::new(lease, task.attempt, shared.state.events.clone(), scope)
                 })
                 .collect();

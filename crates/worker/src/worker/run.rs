@@ -95,7 +95,10 @@ impl<E: PgExecutor + 'static> Worker<E> {
         let (settler, batcher) = Settler::start(&shared);
         // Dropped with `run` (a caller's select!, say): no lease outlives it.
         let _beats = AbortOnDrop(tokio::spawn(heartbeat_loop(shared.clone())));
-        let _held = shared.settings.held_sweep.map(|every| AbortOnDrop(tokio::spawn(held_sweep_loop(shared.clone(), every))));
+        let _held = shared
+            .settings
+            .held_sweep
+            .map(|every| AbortOnDrop(tokio::spawn(held_sweep_loop(shared.clone(), every))));
         // And what the batcher still resends stops: its leases are no
         // longer renewed. (At the end of a run that finished, nothing is
         // left to stop.)
