@@ -7,6 +7,11 @@ use waymark_store::{ConnectOptions, Error, Store};
 use waymark_tests::db::admin_client;
 use waymark_tests::{TestDatabase, TestSchema};
 
+/// cairnq's ten migration files and waymark's ledger files.
+fn all_files() -> usize {
+    10 + waymark_protocol::ledger_migrations().len()
+}
+
 fn pool(url: &str, schema: Option<&str>) -> PgPool {
     let builder = PgPool::builder(url).max_size(4);
     match schema {
@@ -110,10 +115,12 @@ async fn concurrent_migrators_apply_each_file_once() {
         .map(|r| r.expect("join").expect("migrate"))
         .collect();
     let applied: usize = reports.iter().map(|r| r.applied.len()).sum();
-    assert_eq!(applied, 10, "each file applied exactly once across migrators: {reports:?}");
+    assert_eq!(applied, all_files(), "each file applied exactly once across migrators: {reports:?}");
     let admin = admin_client(&db.url).await;
     let n: i64 = admin.query_one("select count(*) from cairnq_migrations", &[]).await.expect("count").get(0);
-    assert_eq!(n, 10);
+    assert_eq!(n, 10, "cairnq's ledger holds cairnq's files only");
+    let n: i64 = admin.query_one("select count(*) from waymark_migrations", &[]).await.expect("count").get(0);
+    assert_eq!(n as usize, waymark_protocol::ledger_migrations().len(), "waymark's in its own");
     db.drop().await;
 }
 
@@ -162,11 +169,14 @@ async fn migration_status_reads_a_fresh_database_as_all_pending() {
     let db = TestDatabase::new().await;
     let store = Store::new(pool(&db.url, None));
     let status = store.migration_status().await.expect("status");
-    assert_eq!(status.len(), 10);
+    assert_eq!(status.len(), all_files());
     assert!(status.iter().all(|m| m.applied_at_ms.is_none()));
     let admin = admin_client(&db.url).await;
-    let ledger = admin.query_opt("select to_regclass('cairnq_migrations')::text", &[]).await.expect("q");
-    assert_eq!(ledger.and_then(|r| r.get::<_, Option<String>>(0)), None, "status changes nothing");
+    for ledger in ["cairnq_migrations", "waymark_migrations"] {
+        let sql = format!("select to_regclass('{ledger}')::text");
+        let found = admin.query_opt(&sql, &[]).await.expect("q");
+        assert_eq!(found.and_then(|r| r.get::<_, Option<String>>(0)), None, "status changes nothing");
+    }
     db.drop().await;
 }
 
@@ -211,7 +221,7 @@ async fn a_migration_that_waits_too_long_names_itself_and_commits_nothing() {
     // Released: migrate goes through, and the ledger is as it was.
     holder.batch_execute("commit").await.expect("release");
     let report = store.migrate().await.expect("migrate after release");
-    assert_eq!((report.applied.len(), report.skipped), (0, 10));
+    assert_eq!((report.applied.len(), report.skipped), (0, all_files()));
     use waymark_store::PgExecutor;
     let tx = store.executor().begin().await.expect("begin");
     let row = tx
