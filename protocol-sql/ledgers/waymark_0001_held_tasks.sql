@@ -122,7 +122,9 @@ language sql immutable as $$
 $$;
 
 -- Releases those of p_ids that are held and free to go: their turn, no
--- dependency left, no event awaited. Answers the ids released.
+-- dependency left, no event awaited. Answers the ids released. A row of
+-- cairnq_tasks that already has such an id (written there by hand) is left
+-- as it is, and the ledger follows that row's end.
 create or replace function waymark_held_release(p_ids text[]) returns setof text
 language plpgsql as $$
 declare
@@ -151,6 +153,7 @@ begin
            0, m.max_attempts, m.priority, now_ms + m.delay_ms, m.parent_id,
            coalesce(m.root_id, m.id), m.correlation_id, now_ms, now_ms
       from moved m
+        on conflict (id) do nothing
     returning t.id;
 end $$;
 
@@ -171,7 +174,8 @@ begin
       from waymark_held h
      where h.order_key = p_key and h.state = 'held' and h.order_seq > p_seq
      order by h.order_seq
-     limit 1;
+     limit 1
+       for update;
     update waymark_order_keys
        set head_seq = v_seq, updated_at_ms = waymark_now_ms()
      where key = p_key;
@@ -190,6 +194,8 @@ language plpgsql as $$
 declare
     v_ready text[];
     v_turns text[];
+    v_keys text[];
+    v_seqs bigint[];
 begin
     with sat as (
         update waymark_held_deps d
@@ -205,33 +211,51 @@ begin
         returning h.id
     )
     select coalesce(array_agg(id), '{}') into v_ready from counted;
+    -- The keys whose turn one of p_ids held, locked in key order, in a
+    -- statement of their own: the next task of each is looked for after,
+    -- on a fresh snapshot, so a submit to the key that committed while
+    -- this waited for the key's lock is seen.
     with ended as (
         select h.order_key as key, h.order_seq as seq
           from waymark_held h
          where h.id = any(p_ids) and h.order_key is not null
-    ), heads as (
-        select k.key, nxt.id as next_id, nxt.order_seq as next_seq
+    ), locked as (
+        select k.key, e.seq
           from waymark_order_keys k
           join ended e on e.key = k.key and k.head_seq = e.seq
-          left join lateral (
-              select h.id, h.order_seq from waymark_held h
-               where h.order_key = k.key and h.state = 'held' and h.order_seq > e.seq
-               order by h.order_seq
-               limit 1
-          ) nxt on true
          where k.key = any(array(select key from ended))
          order by k.key
            for update of k
+    )
+    select coalesce(array_agg(key order by key), '{}'), coalesce(array_agg(seq order by key), '{}')
+      into v_keys, v_seqs
+      from locked;
+    if cardinality(v_keys) = 0 then
+        perform waymark_held_release(v_ready);
+        return;
+    end if;
+    -- Each key's next held task, locked: one canceled, skipped or released
+    -- meanwhile fails the lock's re-check and the one after it is taken.
+    with nxt as (
+        select u.key, n.id, n.order_seq
+          from unnest(v_keys, v_seqs) as u(key, seq)
+          left join lateral (
+              select h.id, h.order_seq from waymark_held h
+               where h.order_key = u.key and h.state = 'held' and h.order_seq > u.seq
+               order by h.order_seq
+               limit 1
+                 for update
+          ) n on true
     ), moved as (
         update waymark_order_keys k
-           set head_seq = heads.next_seq, updated_at_ms = waymark_now_ms()
-          from heads
-         where k.key = any(array(select key from heads)) and k.key = heads.key
+           set head_seq = nxt.order_seq, updated_at_ms = waymark_now_ms()
+          from nxt
+         where k.key = any(v_keys) and k.key = nxt.key
         returning k.key
     ), turned as (
         update waymark_held h
            set turn = true
-         where h.id = any(array(select next_id from heads where next_id is not null))
+         where h.id = any(array(select id from nxt where id is not null))
            and exists (select 1 from moved)
         returning h.id
     )
@@ -247,30 +271,31 @@ language plpgsql as $$
 declare
     r record;
     now_ms bigint := waymark_now_ms();
+    v_level text[] := p_ids;
+    v_reason text := p_reason;
+    v_canceled text[];
 begin
-    for r in
-        with recursive down (id, depth) as (
-            select h.id, 0 from waymark_held h where h.id = any(p_ids) and h.state = 'held'
-            union
-            select d.task_id, down.depth + 1
-              from waymark_held_deps d
-              join down on d.dep_id = down.id
-              join waymark_held h on h.id = d.task_id and h.state = 'held'
-        ), picked as (
-            select id, min(depth) as depth from down group by id
-        )
-        update waymark_held h
-           set state = 'canceled',
-               outcome = case when picked.depth = 0 then p_reason else 'dependency' end,
-               done_at_ms = now_ms
-          from picked
-         where h.id = picked.id and h.state = 'held'
-        returning h.id, h.order_key, h.order_seq
-    loop
-        return next r.id;
-        if r.order_key is not null then
-            perform waymark_held_next_turn(r.order_key, r.order_seq);
-        end if;
+    -- One level at a time, each locked before its dependents are read (in
+    -- a statement of their own): a task added after one of them by a
+    -- submit that commits while this waits is reached too.
+    while cardinality(v_level) > 0 loop
+        v_canceled := '{}';
+        for r in
+            update waymark_held h
+               set state = 'canceled', outcome = v_reason, done_at_ms = now_ms
+             where h.id = any(v_level) and h.state = 'held'
+            returning h.id, h.order_key, h.order_seq
+        loop
+            return next r.id;
+            v_canceled := v_canceled || r.id;
+            if r.order_key is not null then
+                perform waymark_held_next_turn(r.order_key, r.order_seq);
+            end if;
+        end loop;
+        select coalesce(array_agg(distinct d.task_id order by d.task_id), '{}') into v_level
+          from waymark_held_deps d
+         where d.dep_id = any(v_canceled);
+        v_reason := 'dependency';
     end loop;
 end $$;
 
@@ -375,8 +400,10 @@ begin
     end if;
     if r.state = 'held' then
         if p_action = 'release' then
+            -- An event not received is not claimed in the metadata.
             update waymark_held
-               set turn = true, deps_left = 0, event_name = null
+               set turn = true, deps_left = 0, event_name = null,
+                   waits_event = case when event_name is null then waits_event end
              where id = p_id;
             perform waymark_held_release(array[p_id]);
             return 'released';
@@ -418,21 +445,42 @@ declare
     v_settled integer;
     v_deadlines integer := 0;
     v_events integer;
+    v_failed integer := 0;
+    v_id text;
     r record;
 begin
+    -- Released rows whose cairnq row has ended (or is gone), and ended ones
+    -- a retry made succeed; each cairnq row looked up by its key, rows
+    -- another sweep holds skipped.
     select coalesce(array_agg(x.id order by x.id), '{}') into v_ended
       from (
         select h.id
           from waymark_held h
-          left join lateral (select t.status from cairnq_tasks t where t.id = h.id) t on true
          where (h.state = 'released'
                 or (h.state = 'done' and h.outcome in ('failed', 'canceled', 'missing')))
-           and (t.status is null and h.outcome is distinct from 'missing'
-                or (h.state = 'released' and t.status in ('succeeded', 'failed', 'canceled'))
-                or (h.state = 'done' and t.status = 'succeeded'))
+           and (case when h.state = 'released'
+                     then coalesce((select t.status from cairnq_tasks t where t.id = h.id), 'gone')
+                          in ('succeeded', 'failed', 'canceled', 'gone')
+                     else (select t.status from cairnq_tasks t where t.id = h.id) = 'succeeded'
+                end)
          limit p_limit
+           for update skip locked
       ) x;
-    v_settled := waymark_held_settled(v_ended);
+    begin
+        v_settled := waymark_held_settled(v_ended);
+    exception when others then
+        -- One row's failure (a release refused) must not stop the rest:
+        -- each on its own, the failing ones left for the next pass.
+        v_settled := 0;
+        foreach v_id in array v_ended loop
+            begin
+                v_settled := v_settled + waymark_held_settled(array[v_id]);
+            exception when others then
+                v_failed := v_failed + 1;
+                raise warning 'waymark held sweep: passing on the end of % failed: %', v_id, sqlerrm;
+            end;
+        end loop;
+    end;
     for r in
         select h.id, h.on_deadline
           from waymark_held h
@@ -453,7 +501,8 @@ begin
      where seq in (select seq from waymark_events where expires_at_ms <= now_ms limit p_limit);
     get diagnostics v_events = row_count;
     return jsonb_build_object(
-        'settled', v_settled, 'deadlines', v_deadlines, 'events_expired', v_events);
+        'settled', v_settled, 'deadlines', v_deadlines, 'events_expired', v_events,
+        'failed', v_failed);
 end $$;
 
 -- Submits held tasks: p_rows is a JSON array of objects (id, flow_id, name,
@@ -462,8 +511,8 @@ end $$;
 -- on_deadline), each after the rows it depends on. A dependency names a row
 -- before it, a held task, or a task of cairnq_tasks; one that ended without
 -- success, or that exists nowhere, refuses the whole call. Locks, in this
--- order: the dependencies' ledger rows, the keys (in key order), the events
--- (in name order). Answers each row's id and state (held or released).
+-- order: the events (in name order), the dependencies' ledger rows, the
+-- keys (in key order). Answers each row's id and state (held or released).
 create or replace function waymark_held_submit(p_rows jsonb)
 returns table (id text, state text)
 language plpgsql as $$
@@ -488,6 +537,16 @@ begin
     if jsonb_typeof(p_rows) <> 'array' then
         raise exception 'held tasks must be a JSON array' using errcode = 'WM400';
     end if;
+    -- Events first (as emit takes them), then dependencies, then keys.
+    for v_event in
+        select distinct x.value->>'event'
+          from jsonb_array_elements(p_rows) x
+         where x.value->>'event' is not null
+         order by 1
+    loop
+        perform pg_advisory_xact_lock(hashtextextended('waymark_event:' || v_event, 0));
+    end loop;
+
     -- The plain tasks named as dependencies, and the ledger rows of every
     -- dependency from outside this call, locked before any key.
     for v_dep in
@@ -526,15 +585,6 @@ begin
      where x.value->>'order_key' is not null
      order by 1
     on conflict (key) do update set updated_at_ms = excluded.updated_at_ms;
-    for v_event in
-        select distinct x.value->>'event'
-          from jsonb_array_elements(p_rows) x
-         where x.value->>'event' is not null
-         order by 1
-    loop
-        perform pg_advisory_xact_lock(hashtextextended('waymark_event:' || v_event, 0));
-    end loop;
-
     for r in select x.value from jsonb_array_elements(p_rows) x loop
         v_id := r->>'id';
         if exists (select 1 from cairnq_tasks t where t.id = v_id)

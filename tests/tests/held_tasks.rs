@@ -283,3 +283,135 @@ async fn bad_input_is_refused_with_its_name_and_nothing_written() {
     assert_eq!(schema.count("waymark_order_keys").await, 0, "no key row left behind");
     schema.drop().await;
 }
+
+/// A submit to a key that commits while the key's head is being settled:
+/// the settlement waits for the submit's key lock, then must see the new
+/// task as the next in line (the head moves to it, and it is released).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submit_that_commits_during_its_keys_settlement_is_next_in_line() {
+    let schema = TestSchema::new().await;
+    let store = std::sync::Arc::new(pool_store(&schema).await);
+    store.hold(task("head").ordered_by("k")).await.unwrap();
+    let head = claim(&store).await.remove(0);
+    let mut tx = store.executor().begin().await.expect("begin");
+    let next = store.hold_in(&mut tx, task("next").ordered_by("k")).await.expect("hold_in");
+    let settling = {
+        let store = store.clone();
+        tokio::spawn(async move { succeed(&store, &head).await })
+    };
+    waymark_tests::eventually(
+        std::time::Duration::from_secs(10),
+        "the settlement to wait on the key",
+        || async { lock_waits(&schema).await > 0 },
+    )
+    .await;
+    waymark_store::PgTransaction::commit(tx).await.expect("commit");
+    settling.await.expect("settled");
+    assert_eq!(store.fetch(&next.id).await.expect("released").status, TaskStatus::Queued);
+    schema.drop().await;
+}
+
+/// A task added after a dependent while the dependency fails: the
+/// cancel's cascade waits for the submit, then reaches the new task too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cascade_reaches_a_dependent_added_while_it_waits() {
+    let schema = TestSchema::new().await;
+    let store = std::sync::Arc::new(pool_store(&schema).await);
+    let first = Held::from(task("first"));
+    let middle = task("middle").after([first.id()]);
+    store.submit_flow(&flow_of([first.clone(), middle.clone()])).await.unwrap();
+    let running = claim(&store).await.remove(0);
+    let mut tx = store.executor().begin().await.expect("begin");
+    let last = store.hold_in(&mut tx, task("last").after([middle.id()])).await.expect("hold_in");
+    let failing = {
+        let store = store.clone();
+        tokio::spawn(async move { fail_for_good(&store, &running).await })
+    };
+    waymark_tests::eventually(
+        std::time::Duration::from_secs(10),
+        "the cascade to wait on the submit",
+        || async { lock_waits(&schema).await > 0 },
+    )
+    .await;
+    waymark_store::PgTransaction::commit(tx).await.expect("commit");
+    failing.await.expect("failed");
+    assert_eq!(state(&store, middle.id()).await.0, HeldState::Canceled);
+    assert_eq!(state(&store, &last.id).await, (HeldState::Canceled, Some("dependency".into())));
+    schema.drop().await;
+}
+
+/// Retention forgets ended ledger rows, but never a failed head that holds
+/// its key: the operator must still be able to skip it.
+#[tokio::test]
+async fn retention_keeps_a_failed_head_that_holds_its_key() {
+    let schema = TestSchema::new().await;
+    let store = pool_store(&schema).await;
+    let head = task("head").ordered_by("k");
+    let behind = task("behind").ordered_by("k");
+    store.submit_flow(&flow_of([head.clone(), behind.clone()])).await.unwrap();
+    fail_for_good(&store, &claim(&store).await[0]).await;
+    let done = store.hold(task("done")).await.unwrap();
+    succeed(&store, &claim(&store).await[0]).await;
+    let forgotten = store.purge_held(std::time::Duration::ZERO, 100).await.expect("purge");
+    assert_eq!(forgotten, vec![done.id.clone()], "the ended row that holds nothing is forgotten");
+    assert_eq!(store.skip_held(head.id()).await.expect("skip"), HeldState::Done);
+    assert_eq!(claim(&store).await[0].id, behind.id());
+    schema.drop().await;
+}
+
+#[tokio::test]
+async fn out_of_range_times_and_nul_ids_are_refused_by_name() {
+    let schema = TestSchema::new().await;
+    let store = pool_store(&schema).await;
+    let far = std::time::Duration::from_millis(i64::MAX as u64 - 1);
+    let err = store.hold(task("a").on_event("e").deadline(far, OnDeadline::Cancel)).await.unwrap_err();
+    assert!(
+        matches!(err, waymark_store::Error::InvalidArgument(_)) && err.to_string().contains("deadline"),
+        "{err}"
+    );
+    let err = store.emit_kept("e", json!(1), far).await.unwrap_err();
+    assert!(
+        matches!(err, waymark_store::Error::InvalidArgument(_)) && err.to_string().contains("keep"),
+        "{err}"
+    );
+    let err = store.hold(task("a").after(["task_\0"])).await.unwrap_err();
+    assert!(
+        matches!(err, waymark_store::Error::InvalidArgument(_)) && err.to_string().contains("NUL"),
+        "{err}"
+    );
+    assert_eq!(schema.count("waymark_held").await + schema.count("waymark_events").await, 0);
+    schema.drop().await;
+}
+
+/// Sessions of the test's database waiting for a lock.
+async fn lock_waits(schema: &TestSchema) -> i64 {
+    let admin = waymark_tests::db::admin_client(&schema.url).await;
+    let sql = "select count(*) from pg_stat_activity \
+               where wait_event_type = 'Lock' and datname = current_database()";
+    admin.query_one(sql, &[]).await.expect("lock waits").get(0)
+}
+
+/// A row written by hand into cairnq_tasks under a held task's id does not
+/// stop the settlement that releases it: the release leaves that row be,
+/// and the ledger follows its end.
+#[tokio::test]
+async fn a_release_into_an_id_taken_by_hand_leaves_the_row_and_settles() {
+    let schema = TestSchema::new().await;
+    let store = pool_store(&schema).await;
+    let first = Held::from(task("first"));
+    let then = task("then").after([first.id()]);
+    store.submit_flow(&flow_of([first.clone(), then.clone()])).await.unwrap();
+    schema
+        .execute(&format!(
+            "insert into cairnq_tasks (id, name, queue, status, payload, run_at_ms, root_id, created_at_ms, \
+             updated_at_ms) values ('{}', 'by-hand', 'elsewhere', 'queued', '{{}}', 0, '{}', 0, 0)",
+            then.id(),
+            then.id()
+        ))
+        .await;
+    let running = claim(&store).await.remove(0);
+    succeed(&store, &running).await;
+    assert_eq!(state(&store, then.id()).await.0, HeldState::Released);
+    assert_eq!(store.fetch(then.id()).await.unwrap().name, "by-hand", "the row by hand is left as it was");
+    schema.drop().await;
+}

@@ -154,6 +154,9 @@ impl Held {
         }
         for dep in &self.after {
             non_empty("an id in after", dep)?;
+            if dep.contains('\0') {
+                return Err(Error::invalid(format!("held task {id}: an id in after holds a NUL character")));
+            }
             if dep == id {
                 return Err(Error::invalid(format!("held task {id} names itself in after")));
             }
@@ -164,7 +167,7 @@ impl Held {
                     "held task {id} has a deadline but waits for no event: deadline needs on_event"
                 )));
             }
-            millis("deadline", after)?;
+            longest_wait("deadline", after)?;
         }
         Ok(())
     }
@@ -192,6 +195,19 @@ impl Held {
             "on_deadline": self.deadline.map(|(_, then)| then.as_str()),
         }))
     }
+}
+
+/// The longest deadline or event retention: 10,000 years, so that now
+/// plus it (in ms) stays far inside bigint, as a delay's does.
+const LONGEST_WAIT_MS: i64 = 10_000 * 31_557_600_000;
+
+/// `d` in ms, refused (naming `what`) past [`LONGEST_WAIT_MS`].
+pub(crate) fn longest_wait(what: &str, d: Duration) -> Result<i64> {
+    let ms = millis(what, d)?;
+    if ms > LONGEST_WAIT_MS {
+        return Err(Error::invalid(format!("{what} of {d:?} is too long: at most 10,000 years")));
+    }
+    Ok(ms)
 }
 
 /// Held tasks that go in together, in one transaction: a graph of

@@ -189,12 +189,20 @@ pub struct HeldSweep {
     pub deadlines: i64,
     /// Expired events forgotten.
     pub events_expired: i64,
+    /// Ends whose passing on failed (logged by the server); the next pass
+    /// tries them again.
+    pub failed: i64,
 }
 
 impl HeldSweep {
     pub(crate) fn from_json(counts: &Json) -> Self {
         let n = |k: &str| counts.get(k).and_then(Json::as_i64).unwrap_or(0);
-        HeldSweep { settled: n("settled"), deadlines: n("deadlines"), events_expired: n("events_expired") }
+        HeldSweep {
+            settled: n("settled"),
+            deadlines: n("deadlines"),
+            events_expired: n("events_expired"),
+            failed: n("failed"),
+        }
     }
 
     /// Whether the pass did nothing.

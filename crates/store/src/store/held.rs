@@ -12,7 +12,7 @@ use super::{finish, Store};
 use crate::cells::{int8, json_cell, text};
 use crate::error::{Error, Result};
 use crate::executor::{Lane, PgExecutor, PgSession};
-use crate::held::{submit_rows, Flow, Held};
+use crate::held::{longest_wait, submit_rows, Flow, Held};
 use crate::held_view::{HeldFilter, HeldReceipt, HeldState, HeldSweep, HeldTask};
 use crate::options::{millis, non_empty};
 use crate::statements::{run, run_opt, Binds};
@@ -52,9 +52,15 @@ impl<E: PgExecutor> Store<E> {
 
     async fn hold_all(&self, tasks: &[Held]) -> Result<Vec<HeldReceipt>> {
         submit_rows(tasks)?;
-        let mut tx = self.begin(Lane::Ordinary).await?;
-        let out = submit(&mut tx, tasks).await;
-        finish(tx, out, "hold").await
+        for attempt in 1.. {
+            let mut tx = self.begin(Lane::Ordinary).await?;
+            let out = submit(&mut tx, tasks).await;
+            match finish(tx, out, "hold").await {
+                Err(e) if deadlocked(&e) && attempt < DEADLOCK_TRIES => continue,
+                other => return other,
+            }
+        }
+        unreachable!("the loop returns")
     }
 
     /// Emits the event `name` with `payload`: every task held for it gets
@@ -68,9 +74,15 @@ impl<E: PgExecutor> Store<E> {
     /// [`Store::emit`], keeping the event for `keep` (zero: only tasks held
     /// for it now get it).
     pub async fn emit_kept(&self, name: &str, payload: Json, keep: Duration) -> Result<u64> {
-        let mut tx = self.begin(Lane::Ordinary).await?;
-        let out = emit(&mut tx, name, payload, keep).await;
-        finish(tx, out, "emit").await
+        for attempt in 1.. {
+            let mut tx = self.begin(Lane::Ordinary).await?;
+            let out = emit(&mut tx, name, payload.clone(), keep).await;
+            match finish(tx, out, "emit").await {
+                Err(e) if deadlocked(&e) && attempt < DEADLOCK_TRIES => continue,
+                other => return other,
+            }
+        }
+        unreachable!("the loop returns")
     }
 
     /// [`Store::emit`] inside the caller's transaction: the event exists,
@@ -125,17 +137,23 @@ impl<E: PgExecutor> Store<E> {
 
     async fn operate(&self, id: &str, action: &'static str) -> Result<HeldState> {
         non_empty("task id", id)?;
-        let mut tx = self.begin(Lane::Ordinary).await?;
-        let out = async {
-            let binds: Binds = vec![("id", id.into()), ("action", action.into())];
-            let mut row = run_opt(&mut tx, Statement::HeldOperate, binds)
-                .await
-                .map_err(ledger_error)?
-                .ok_or_else(|| Error::Decode("held_operate answered no row".to_owned()))?;
-            HeldState::parse(&text(&mut row, "state")?)
+        for attempt in 1.. {
+            let mut tx = self.begin(Lane::Ordinary).await?;
+            let out = async {
+                let binds: Binds = vec![("id", id.into()), ("action", action.into())];
+                let mut row = run_opt(&mut tx, Statement::HeldOperate, binds)
+                    .await
+                    .map_err(ledger_error)?
+                    .ok_or_else(|| Error::Decode("held_operate answered no row".to_owned()))?;
+                HeldState::parse(&text(&mut row, "state")?)
+            }
+            .await;
+            match finish(tx, out, "held operation").await {
+                Err(e) if deadlocked(&e) && attempt < DEADLOCK_TRIES => continue,
+                other => return other,
+            }
         }
-        .await;
-        finish(tx, out, "held operation").await
+        unreachable!("the loop returns")
     }
 
     /// One pass of the held ledger's upkeep, up to `limit` rows a part:
@@ -191,8 +209,11 @@ async fn emit<S: PgSession + ?Sized>(s: &mut S, name: &str, payload: Json, keep:
     if name.contains('\0') {
         return Err(Error::invalid("event name holds a NUL character"));
     }
-    let binds: Binds =
-        vec![("name", name.into()), ("payload", payload.into()), ("keep_ms", millis("keep", keep)?.into())];
+    let binds: Binds = vec![
+        ("name", name.into()),
+        ("payload", payload.into()),
+        ("keep_ms", longest_wait("keep", keep)?.into()),
+    ];
     let mut row = run_opt(s, Statement::HeldEmit, binds)
         .await
         .map_err(ledger_error)?
@@ -205,6 +226,17 @@ async fn emit<S: PgSession + ?Sized>(s: &mut S, name: &str, payload: Json, keep:
 pub(super) async fn settled<S: PgSession + ?Sized>(s: &mut S, ids: Vec<String>) -> Result<()> {
     run(s, Statement::HeldSettled, vec![("ids", Value::TextArray(ids))]).await.map_err(ledger_error)?;
     Ok(())
+}
+
+/// How many times an operation of the ledger that runs in a transaction of
+/// its own is tried when the server breaks a deadlock by rolling it back
+/// (40P01: two transactions took the same rows and keys in different
+/// orders; the one rolled back wrote nothing). The `*_in` forms leave that
+/// to the caller, whose transaction the server rolled back.
+const DEADLOCK_TRIES: u32 = 3;
+
+fn deadlocked(e: &Error) -> bool {
+    e.sqlstate() == Some("40P01")
 }
 
 /// The ledger's refusals: WM400 names bad input, WM404 a missing task.
