@@ -293,20 +293,7 @@ async fn a_submit_that_commits_during_its_keys_settlement_is_next_in_line() {
     let store = std::sync::Arc::new(pool_store(&schema).await);
     store.hold(task("head").ordered_by("k")).await.unwrap();
     let head = claim(&store).await.remove(0);
-    let mut tx = store.executor().begin().await.expect("begin");
-    let next = store.hold_in(&mut tx, task("next").ordered_by("k")).await.expect("hold_in");
-    let settling = {
-        let store = store.clone();
-        tokio::spawn(async move { succeed(&store, &head).await })
-    };
-    waymark_tests::eventually(
-        std::time::Duration::from_secs(10),
-        "the settlement to wait on the key",
-        || async { lock_waits(&schema).await > 0 },
-    )
-    .await;
-    waymark_store::PgTransaction::commit(tx).await.expect("commit");
-    settling.await.expect("settled");
+    let next = hold_while_settling(&schema, &store, task("next").ordered_by("k"), head, End::Success).await;
     assert_eq!(store.fetch(&next.id).await.expect("released").status, TaskStatus::Queued);
     schema.drop().await;
 }
@@ -321,20 +308,8 @@ async fn a_cascade_reaches_a_dependent_added_while_it_waits() {
     let middle = task("middle").after([first.id()]);
     store.submit_flow(&flow_of([first.clone(), middle.clone()])).await.unwrap();
     let running = claim(&store).await.remove(0);
-    let mut tx = store.executor().begin().await.expect("begin");
-    let last = store.hold_in(&mut tx, task("last").after([middle.id()])).await.expect("hold_in");
-    let failing = {
-        let store = store.clone();
-        tokio::spawn(async move { fail_for_good(&store, &running).await })
-    };
-    waymark_tests::eventually(
-        std::time::Duration::from_secs(10),
-        "the cascade to wait on the submit",
-        || async { lock_waits(&schema).await > 0 },
-    )
-    .await;
-    waymark_store::PgTransaction::commit(tx).await.expect("commit");
-    failing.await.expect("failed");
+    let last =
+        hold_while_settling(&schema, &store, task("last").after([middle.id()]), running, End::Failure).await;
     assert_eq!(state(&store, middle.id()).await.0, HeldState::Canceled);
     assert_eq!(state(&store, &last.id).await, (HeldState::Canceled, Some("dependency".into())));
     schema.drop().await;
@@ -414,4 +389,43 @@ async fn a_release_into_an_id_taken_by_hand_leaves_the_row_and_settles() {
     assert_eq!(state(&store, then.id()).await.0, HeldState::Released);
     assert_eq!(store.fetch(then.id()).await.unwrap().name, "by-hand", "the row by hand is left as it was");
     schema.drop().await;
+}
+
+/// How the settlement in [`hold_while_settling`] ends its task.
+enum End {
+    Success,
+    Failure,
+}
+
+/// Holds `held` in a transaction left open, settles `running` meanwhile,
+/// waits until that settlement waits on the open transaction's locks, then
+/// commits both in that order; answers the receipt.
+async fn hold_while_settling(
+    schema: &TestSchema,
+    store: &std::sync::Arc<Store<PgPool>>,
+    held: Held,
+    running: Task,
+    end: End,
+) -> waymark_store::HeldReceipt {
+    let mut tx = store.executor().begin().await.expect("begin");
+    let receipt = store.hold_in(&mut tx, held).await.expect("hold_in");
+    let settling = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            match end {
+                End::Success => succeed(&store, &running).await,
+                End::Failure => fail_for_good(&store, &running).await,
+            }
+        })
+    };
+    let waiting = || async { lock_waits(schema).await > 0 };
+    waymark_tests::eventually(
+        std::time::Duration::from_secs(10),
+        "the settlement to wait on the submit",
+        waiting,
+    )
+    .await;
+    waymark_store::PgTransaction::commit(tx).await.expect("commit");
+    settling.await.expect("settled");
+    receipt
 }
