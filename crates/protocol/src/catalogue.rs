@@ -124,6 +124,9 @@ catalogue! {
     HeldGet => "held_get",
     HeldList => "held_list",
     HeldPurge => "held_purge",
+    StepList => "step_list",
+    StepRecord => "step_record",
+    StepForget => "step_forget",
 }
 
 impl Statement {

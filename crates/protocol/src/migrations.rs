@@ -49,10 +49,11 @@ macro_rules! ledger_migration {
     };
 }
 
-static LEDGER_MIGRATIONS: [Migration; 1] = [ledger_migration!("waymark_0001_held_tasks.sql")];
+static LEDGER_MIGRATIONS: [Migration; 2] =
+    [ledger_migration!("waymark_0001_held_tasks.sql"), ledger_migration!("waymark_0002_steps.sql")];
 
 /// waymark's own migrations, in order: the ledgers beside cairnq's tables
-/// (held tasks, keys' order, events), recorded in `waymark_migrations`
+/// (held tasks, keys' order, events, a run's durable steps), recorded in `waymark_migrations`
 /// rather than in cairnq's ledger. None touches a cairnq table, index,
 /// trigger or version.
 pub fn ledger_migrations() -> &'static [Migration] {

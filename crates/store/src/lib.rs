@@ -72,6 +72,7 @@ mod rows;
 mod settings;
 mod signals;
 mod statements;
+mod steps;
 mod store;
 mod task;
 mod value;
@@ -100,6 +101,7 @@ pub use settings::{
     ConnectOptions, DEFAULT_LOCK_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT, DEFAULT_MIGRATION_STATEMENT_TIMEOUT,
 };
 pub use signals::Signal;
+pub use steps::{StepHistory, StepKind, StepRecord};
 pub use store::{Store, EVENT_RETENTION};
 pub use task::{
     codes, Beat, ErrorEnvelope, Renewal, Settled, StatusCounts, Task, TaskState, TaskStatus, Unreadable,

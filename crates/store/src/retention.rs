@@ -132,6 +132,12 @@ impl<E: PgExecutor> Store<E> {
             loop {
                 let ids = self.purge(&filter).await?;
                 deleted += ids.len() as u64;
+                // Their runs' recorded steps go with them (42P01: the
+                // ledger was never migrated).
+                match crate::store::forget_steps(self, &ids).await {
+                    Err(e) if e.sqlstate() == Some("42P01") => {}
+                    other => other?,
+                }
                 if (ids.len() as i64) < retention.batch {
                     break;
                 }

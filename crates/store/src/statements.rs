@@ -80,7 +80,8 @@ pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {
         | Fail
         | Release
         | LockTasks
-        | HeldSettled => Lane::Critical,
+        | HeldSettled
+        | StepRecord => Lane::Critical,
         _ => Lane::Ordinary,
     };
     let repeatable = matches!(
@@ -115,6 +116,7 @@ pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {
             | WaymarkLedgerList
             | HeldGet
             | HeldList
+            | StepList
     );
     (lane, repeatable)
 }

@@ -32,9 +32,11 @@ mod protocol;
 mod reads;
 mod renew;
 mod settle;
+mod steps;
 mod submit;
 
 pub use held::EVENT_RETENTION;
+pub(crate) use steps::forget as forget_steps;
 
 /// The queue, over any [`PgExecutor`]: the application's operations.
 /// The worker's (claims, lease renewals, settlements) are

@@ -48,6 +48,7 @@ use crate::error::Result;
 use crate::executor::PgExecutor;
 use crate::lease::Lease;
 use crate::options::{ClaimRequest, Failure};
+use crate::steps::{StepHistory, StepKind, StepRecord};
 use crate::task::{Beat, Renewal, Settled, Task};
 
 /// The worker's operations on a store; see the [module docs](self).
@@ -185,6 +186,26 @@ pub trait WorkerProtocol: sealed::Sealed {
     /// against its own lease; failures and snoozes run one statement each.
     /// When that makes one statement (the usual case: completes only), it
     /// runs in autocommit, with no transaction around it.
+    /// The recorded steps and sleeps of a task's runs, in run order (the
+    /// worker reads them once per run, at its first step).
+    fn steps(&self, task_id: &str) -> impl Future<Output = Result<StepHistory>> + Send;
+
+    /// Records the step or sleep at `seq` of the lease's run, named `name`:
+    /// a step with its `result`, a sleep ending `sleep` from now. One
+    /// statement, fenced to the lease; [`Error::LostLease`](crate::Error::LostLease)
+    /// when the claim no longer holds the task or another run recorded the
+    /// place first. Answers the record and the database's clock.
+    #[allow(clippy::too_many_arguments)]
+    fn record_step(
+        &self,
+        lease: &Lease,
+        seq: i32,
+        name: &str,
+        kind: StepKind,
+        result: Option<Json>,
+        sleep: Duration,
+    ) -> impl Future<Output = Result<(StepRecord, i64)>> + Send;
+
     fn settle_batch(&self, items: &[Settlement])
         -> impl Future<Output = Result<Vec<Result<Settled>>>> + Send;
 }

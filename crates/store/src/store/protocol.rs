@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use serde_json::Value as Json;
 
-use super::{claim, renew, settle, Store};
+use super::{claim, renew, settle, steps, Store};
 use crate::error::Result;
 use crate::executor::PgExecutor;
 use crate::lease::Lease;
 use crate::options::{ClaimRequest, Failure};
+use crate::steps::{StepHistory, StepKind, StepRecord};
 use crate::task::{Beat, Renewal, Settled, Task};
 use crate::worker_protocol::{Settlement, WorkerProtocol};
 
@@ -95,5 +96,21 @@ impl<E: PgExecutor> WorkerProtocol for Store<E> {
         items: &[Settlement],
     ) -> impl Future<Output = Result<Vec<Result<Settled>>>> + Send {
         settle::settle_batch(self, items)
+    }
+
+    fn steps(&self, task_id: &str) -> impl Future<Output = Result<StepHistory>> + Send {
+        steps::steps(self, task_id)
+    }
+
+    fn record_step(
+        &self,
+        lease: &Lease,
+        seq: i32,
+        name: &str,
+        kind: StepKind,
+        result: Option<Json>,
+        sleep: Duration,
+    ) -> impl Future<Output = Result<(StepRecord, i64)>> + Send {
+        steps::record_step(self, lease, seq, name, kind, result, sleep)
     }
 }

@@ -36,6 +36,7 @@ pub struct TaskContext<E> {
     lease_length: Duration,
     backoff: RetryBackoff,
     running: Arc<Running>,
+    pub(super) steps: Arc<super::steps::StepLog>,
 }
 
 impl<E> Clone for TaskContext<E> {
@@ -46,6 +47,7 @@ impl<E> Clone for TaskContext<E> {
             lease_length: self.lease_length,
             backoff: self.backoff,
             running: self.running.clone(),
+            steps: self.steps.clone(),
         }
     }
 }
@@ -58,7 +60,7 @@ impl<E> TaskContext<E> {
         backoff: RetryBackoff,
         running: Arc<Running>,
     ) -> Self {
-        TaskContext { store, task, lease_length, backoff, running }
+        TaskContext { store, task, lease_length, backoff, running, steps: Arc::default() }
     }
 
     /// The task id.

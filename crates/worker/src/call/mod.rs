@@ -13,6 +13,7 @@ mod queue;
 mod run;
 mod runners;
 mod start;
+mod steps;
 mod supervise;
 
 pub use context::TaskContext;

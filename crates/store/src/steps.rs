@@ -1,0 +1,79 @@
+//! A run's durable steps and sleeps as the ledger records them
+//! ([`StepRecord`]), read back by the worker when a task runs again.
+
+use serde::Serialize;
+use serde_json::Value as Json;
+
+use crate::cells::{int4, int8, json_cell, opt_int8, text};
+use crate::error::{Error, Result};
+use crate::value::Row;
+
+/// What a recorded place of a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepKind {
+    /// A step: its closure ran to success, its result recorded.
+    Step,
+    /// A durable sleep, with the time it ends.
+    Sleep,
+}
+
+impl StepKind {
+    /// The ledger's spelling: `step` or `sleep`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepKind::Step => "step",
+            StepKind::Sleep => "sleep",
+        }
+    }
+}
+
+/// One recorded step or sleep of a task's run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct StepRecord {
+    /// Its place in the run, from 0.
+    pub seq: i32,
+    /// Its name, unique within the task.
+    pub name: String,
+    /// Step or sleep.
+    pub kind: StepKind,
+    /// A step's result.
+    pub result: Option<Json>,
+    /// When a sleep ends (epoch ms, database clock).
+    pub wake_at_ms: Option<i64>,
+    /// When it was recorded.
+    pub recorded_at_ms: i64,
+}
+
+/// A task's recorded steps, with the database's clock when they were read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepHistory {
+    /// In run order.
+    pub records: Vec<StepRecord>,
+    /// The database's clock at the read (epoch ms); none when nothing is
+    /// recorded.
+    pub now_ms: Option<i64>,
+}
+
+impl StepRecord {
+    /// The record of `row`, and the clock the row carries (`now_ms`).
+    pub(crate) fn from_row(mut row: Row) -> Result<(Self, i64)> {
+        let r = &mut row;
+        let kind = match text(r, "kind")?.as_str() {
+            "step" => StepKind::Step,
+            "sleep" => StepKind::Sleep,
+            other => return Err(Error::Decode(format!("unknown step kind {other:?}"))),
+        };
+        let result = json_cell(r, "result")?.map_err(Error::Decode)?;
+        let record = StepRecord {
+            seq: int4(r, "seq")?,
+            name: text(r, "name")?,
+            kind,
+            result,
+            wake_at_ms: opt_int8(r, "wake_at_ms")?,
+            recorded_at_ms: int8(r, "recorded_at_ms")?,
+        };
+        Ok((record, int8(r, "now_ms")?))
+    }
+}

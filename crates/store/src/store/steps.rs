@@ -1,0 +1,79 @@
+//! A run's durable steps (the bodies of `WorkerProtocol::steps` and
+//! `record_step`; see their docs).
+
+use std::time::Duration;
+
+use serde_json::Value as Json;
+use waymark_protocol::Statement;
+
+use super::Store;
+use crate::error::{Error, Result};
+use crate::executor::PgExecutor;
+use crate::lease::Lease;
+use crate::options::{millis, non_empty};
+use crate::statements::{run, run_opt, Binds};
+use crate::steps::{StepHistory, StepKind, StepRecord};
+use crate::value::Value;
+use crate::worker_protocol::MAX_SNOOZE;
+
+/// `WorkerProtocol::steps`.
+pub(super) async fn steps<E: PgExecutor>(store: &Store<E>, task_id: &str) -> Result<StepHistory> {
+    let rows = run(&mut store.session()?, Statement::StepList, vec![("task_id", task_id.into())]).await?;
+    let mut records = Vec::with_capacity(rows.len());
+    let mut now_ms = None;
+    for row in rows {
+        let (record, now) = StepRecord::from_row(row)?;
+        now_ms = Some(now);
+        records.push(record);
+    }
+    Ok(StepHistory { records, now_ms })
+}
+
+/// `WorkerProtocol::record_step`.
+pub(super) async fn record_step<E: PgExecutor>(
+    store: &Store<E>,
+    lease: &Lease,
+    seq: i32,
+    name: &str,
+    kind: StepKind,
+    result: Option<Json>,
+    sleep: Duration,
+) -> Result<(StepRecord, i64)> {
+    lease.check()?;
+    non_empty("step name", name)?;
+    if name.contains('\0') {
+        return Err(Error::invalid("step name holds a NUL character"));
+    }
+    if seq < 0 {
+        return Err(Error::invalid(format!("step place must not be negative, got {seq}")));
+    }
+    if sleep > MAX_SNOOZE {
+        return Err(Error::invalid(format!("a sleep of {sleep:?} is longer than the most, {MAX_SNOOZE:?}")));
+    }
+    let binds: Binds = vec![
+        ("task_id", lease.task_id().into()),
+        ("worker_id", lease.worker_id().into()),
+        ("seq", Value::Int4(seq)),
+        ("name", name.into()),
+        ("kind", kind.as_str().into()),
+        ("result", result.map_or(Value::Null, Value::Jsonb)),
+        ("sleep_ms", millis("sleep", sleep)?.into()),
+    ];
+    let row = run_opt(&mut store.session()?, Statement::StepRecord, binds).await?;
+    match row {
+        Some(row) => StepRecord::from_row(row),
+        None => Err(Error::LostLease {
+            task_id: lease.task_id().to_owned(),
+            worker_id: lease.worker_id().to_owned(),
+        }),
+    }
+}
+
+/// The recorded steps of purged tasks, forgotten (the retention sweep).
+pub(crate) async fn forget<E: PgExecutor>(store: &Store<E>, ids: &[String]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    run(&mut store.session()?, Statement::StepForget, vec![("ids", ids.to_vec().into())]).await?;
+    Ok(())
+}
