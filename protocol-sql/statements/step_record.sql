@@ -14,5 +14,5 @@ select t.id, :seq, :name, :kind, :result,
    and t.worker_id = :worker_id
    and t.lease_until_ms > (extract(epoch from now()) * 1000)::bigint
 on conflict do nothing
-returning seq, name, kind, result, wake_at_ms, recorded_at_ms,
+returning seq, name, kind, result, wake_at_ms, recorded_at_ms, done,
           (extract(epoch from clock_timestamp()) * 1000)::bigint as now_ms

@@ -162,3 +162,73 @@ async fn bad_steps_fail_the_run_with_nothing_written() {
     assert!(err.is_lost_lease(), "{err}");
     schema.drop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_wait_holds_no_slot_and_resumes_with_the_event() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let prepared = Arc::new(AtomicU32::new(0));
+    let counted = prepared.clone();
+    // One slot: the other task runs while the first is parked.
+    let worker = test_worker(&store, "steps")
+        .concurrency(1)
+        .poll_interval(Duration::from_millis(50))
+        .task("invoice", move |ctx, _p: Json| {
+            let counted = counted.clone();
+            async move {
+                ctx.step("prepare", || async { Ok(counted.fetch_add(1, Ordering::SeqCst)) }).await?;
+                let paid = ctx.wait_for_event("invoice.paid:9", Duration::from_secs(600)).await?;
+                let early = ctx.wait_for_event("kept-before", Duration::from_secs(600)).await?;
+                let never = ctx.wait_for_event("never", Duration::from_millis(150)).await?;
+                Ok(json!({ "paid": paid, "early": early, "never": never }))
+            }
+        })
+        .task("other", |_ctx, _p: Json| async move { Ok(json!("ran")) })
+        .start();
+    store.emit("kept-before", json!("was already there")).await.unwrap();
+    let task = store.submit(NewTask::new("invoice", json!({})).queue("steps").max_attempts(1)).await.unwrap();
+    waymark_tests::eventually(Duration::from_secs(20), "the run parked", || async {
+        let history = store.steps(&task.id).await.unwrap();
+        history.records.iter().any(|r| r.kind == StepKind::Wait && !r.done)
+    })
+    .await;
+    assert_eq!(store.fetch(&task.id).await.unwrap().status, TaskStatus::Queued, "parked: snoozed, no lease");
+    let other = store.submit(NewTask::new("other", json!({})).queue("steps")).await.unwrap();
+    let other_done = ended(&store, &other.id).await;
+    assert_eq!(other_done.status, TaskStatus::Succeeded, "the parked run held no slot");
+    assert_eq!(store.emit("invoice.paid:9", json!({"amount": 5})).await.unwrap(), 1);
+    let done = ended(&store, &task.id).await;
+    worker.stop().await;
+    assert_eq!((done.status, done.attempt), (TaskStatus::Succeeded, 1), "{done:?}");
+    assert_eq!(
+        done.result,
+        Some(json!({"paid": {"amount": 5}, "early": "was already there", "never": null})),
+        "the event's payload, the kept event's, and a timeout"
+    );
+    assert_eq!(prepared.load(Ordering::SeqCst), 1, "the step before the wait ran once");
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_past_the_limit_or_twice_fails_with_nothing_written() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let worker = test_worker(&store, "steps")
+        .task("too-long", |ctx, _p: Json| async move {
+            ctx.wait_for_event("e", waymark_store::MAX_SNOOZE + Duration::from_secs(1)).await?;
+            Ok(json!("never"))
+        })
+        .task("empty", |ctx, _p: Json| async move {
+            ctx.wait_for_event("", Duration::from_secs(1)).await?;
+            Ok(json!("never"))
+        })
+        .start();
+    for name in ["too-long", "empty"] {
+        let task = store.submit(NewTask::new(name, json!({})).queue("steps")).await.unwrap();
+        let done = ended(&store, &task.id).await;
+        assert_eq!(done.status, TaskStatus::Failed, "{name}");
+        assert!(store.steps(&task.id).await.unwrap().records.is_empty(), "{name}: nothing written");
+    }
+    worker.stop().await;
+    schema.drop().await;
+}

@@ -127,6 +127,7 @@ catalogue! {
     StepList => "step_list",
     StepRecord => "step_record",
     StepForget => "step_forget",
+    StepWait => "step_wait",
 }
 
 impl Statement {

@@ -101,7 +101,7 @@ pub use settings::{
     ConnectOptions, DEFAULT_LOCK_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT, DEFAULT_MIGRATION_STATEMENT_TIMEOUT,
 };
 pub use signals::Signal;
-pub use steps::{StepHistory, StepKind, StepRecord};
+pub use steps::{EventWait, StepHistory, StepKind, StepRecord};
 pub use store::{Store, EVENT_RETENTION};
 pub use task::{
     codes, Beat, ErrorEnvelope, Renewal, Settled, StatusCounts, Task, TaskState, TaskStatus, Unreadable,

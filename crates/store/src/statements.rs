@@ -81,7 +81,8 @@ pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {
         | Release
         | LockTasks
         | HeldSettled
-        | StepRecord => Lane::Critical,
+        | StepRecord
+        | StepWait => Lane::Critical,
         _ => Lane::Ordinary,
     };
     let repeatable = matches!(

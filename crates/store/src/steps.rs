@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::Value as Json;
 
-use crate::cells::{int4, int8, json_cell, opt_int8, text};
+use crate::cells::{int4, int8, json_cell, opt_bool, opt_int8, text};
 use crate::error::{Error, Result};
 use crate::value::Row;
 
@@ -16,6 +16,8 @@ pub enum StepKind {
     Step,
     /// A durable sleep, with the time it ends.
     Sleep,
+    /// A wait for an event, with its deadline; done once the event came.
+    Wait,
 }
 
 impl StepKind {
@@ -24,6 +26,7 @@ impl StepKind {
         match self {
             StepKind::Step => "step",
             StepKind::Sleep => "sleep",
+            StepKind::Wait => "wait",
         }
     }
 }
@@ -40,8 +43,11 @@ pub struct StepRecord {
     pub kind: StepKind,
     /// A step's result.
     pub result: Option<Json>,
-    /// When a sleep ends (epoch ms, database clock).
+    /// When a sleep ends, or a wait gives up (epoch ms, database clock).
     pub wake_at_ms: Option<i64>,
+    /// Whether a wait's event came (its payload is `result`); true for
+    /// steps and sleeps.
+    pub done: bool,
     /// When it was recorded.
     pub recorded_at_ms: i64,
 }
@@ -63,6 +69,7 @@ impl StepRecord {
         let kind = match text(r, "kind")?.as_str() {
             "step" => StepKind::Step,
             "sleep" => StepKind::Sleep,
+            "wait" => StepKind::Wait,
             other => return Err(Error::Decode(format!("unknown step kind {other:?}"))),
         };
         let result = json_cell(r, "result")?.map_err(Error::Decode)?;
@@ -72,8 +79,22 @@ impl StepRecord {
             kind,
             result,
             wake_at_ms: opt_int8(r, "wake_at_ms")?,
+            done: opt_bool(r, "done")?.unwrap_or(true),
             recorded_at_ms: int8(r, "recorded_at_ms")?,
         };
         Ok((record, int8(r, "now_ms")?))
     }
+}
+
+/// How a run's wait for an event went ([`WorkerProtocol::wait_for_event`](crate::worker_protocol::WorkerProtocol::wait_for_event)).
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventWait {
+    /// The event came (now, or before the wait began and still kept): its
+    /// payload.
+    Received(Json),
+    /// The deadline passed first.
+    TimedOut,
+    /// Neither yet: the task was snoozed until the deadline in the same
+    /// transaction (an emit makes it due at once), for this long.
+    Parked(std::time::Duration),
 }

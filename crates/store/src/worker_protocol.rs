@@ -48,7 +48,7 @@ use crate::error::Result;
 use crate::executor::PgExecutor;
 use crate::lease::Lease;
 use crate::options::{ClaimRequest, Failure};
-use crate::steps::{StepHistory, StepKind, StepRecord};
+use crate::steps::{EventWait, StepHistory, StepKind, StepRecord};
 use crate::task::{Beat, Renewal, Settled, Task};
 
 /// The worker's operations on a store; see the [module docs](self).
@@ -205,6 +205,20 @@ pub trait WorkerProtocol: sealed::Sealed {
         result: Option<Json>,
         sleep: Duration,
     ) -> impl Future<Output = Result<(StepRecord, i64)>> + Send;
+
+    /// Begins (or reads again) the wait for `event` at `seq` of the lease's
+    /// run, in one transaction under the event's lock: done at once when
+    /// the event is kept; otherwise the task is snoozed until `timeout`
+    /// from the wait's start (an emit makes it due at once) and the claim
+    /// ends. [`Error::LostLease`](crate::Error::LostLease) when the claim no
+    /// longer holds the task.
+    fn wait_for_event(
+        &self,
+        lease: &Lease,
+        seq: i32,
+        event: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<EventWait>> + Send;
 
     fn settle_batch(&self, items: &[Settlement])
         -> impl Future<Output = Result<Vec<Result<Settled>>>> + Send;

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::executor::PgExecutor;
 use crate::lease::Lease;
 use crate::options::{ClaimRequest, Failure};
-use crate::steps::{StepHistory, StepKind, StepRecord};
+use crate::steps::{EventWait, StepHistory, StepKind, StepRecord};
 use crate::task::{Beat, Renewal, Settled, Task};
 use crate::worker_protocol::{Settlement, WorkerProtocol};
 
@@ -112,5 +112,15 @@ impl<E: PgExecutor> WorkerProtocol for Store<E> {
         sleep: Duration,
     ) -> impl Future<Output = Result<(StepRecord, i64)>> + Send {
         steps::record_step(self, lease, seq, name, kind, result, sleep)
+    }
+
+    fn wait_for_event(
+        &self,
+        lease: &Lease,
+        seq: i32,
+        event: &str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<EventWait>> + Send {
+        steps::wait_for_event(self, lease, seq, event, timeout)
     }
 }

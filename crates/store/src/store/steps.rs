@@ -6,13 +6,13 @@ use std::time::Duration;
 use serde_json::Value as Json;
 use waymark_protocol::Statement;
 
-use super::Store;
+use super::{finish, owned, Store};
 use crate::error::{Error, Result};
-use crate::executor::PgExecutor;
+use crate::executor::{Lane, PgExecutor};
 use crate::lease::Lease;
 use crate::options::{millis, non_empty};
 use crate::statements::{run, run_opt, Binds};
-use crate::steps::{StepHistory, StepKind, StepRecord};
+use crate::steps::{EventWait, StepHistory, StepKind, StepRecord};
 use crate::value::Value;
 use crate::worker_protocol::MAX_SNOOZE;
 
@@ -76,4 +76,59 @@ pub(crate) async fn forget<E: PgExecutor>(store: &Store<E>, ids: &[String]) -> R
     }
     run(&mut store.session()?, Statement::StepForget, vec![("ids", ids.to_vec().into())]).await?;
     Ok(())
+}
+
+/// `WorkerProtocol::wait_for_event`.
+pub(super) async fn wait_for_event<E: PgExecutor>(
+    store: &Store<E>,
+    lease: &Lease,
+    seq: i32,
+    event: &str,
+    timeout: Duration,
+) -> Result<EventWait> {
+    lease.check()?;
+    non_empty("event name", event)?;
+    if event.contains('\0') {
+        return Err(Error::invalid("event name holds a NUL character"));
+    }
+    if timeout > MAX_SNOOZE {
+        return Err(Error::invalid(format!("a wait of {timeout:?} is longer than the most, {MAX_SNOOZE:?}")));
+    }
+    let lost =
+        || Error::LostLease { task_id: lease.task_id().to_owned(), worker_id: lease.worker_id().to_owned() };
+    let mut tx = store.begin(Lane::Critical).await?;
+    let out = async {
+        // The lock emit takes: an emit lands before the check or after the
+        // snooze, never between.
+        let key = format!("waymark_event:{event}");
+        run(&mut tx, Statement::LockKey, vec![("key", key.into())]).await?;
+        let binds: Binds = vec![
+            ("task_id", lease.task_id().into()),
+            ("worker_id", lease.worker_id().into()),
+            ("seq", Value::Int4(seq)),
+            ("event", event.into()),
+            ("timeout_ms", millis("timeout", timeout)?.into()),
+        ];
+        let row = run_opt(&mut tx, Statement::StepWait, binds).await?.ok_or_else(lost)?;
+        let (record, now) = StepRecord::from_row(row)?;
+        if record.kind != StepKind::Wait || record.name != event {
+            return Err(Error::invalid(format!(
+                "place {seq} of the run recorded {} {:?}, not a wait for {event:?}",
+                record.kind.as_str(),
+                record.name
+            )));
+        }
+        if record.done {
+            return Ok(EventWait::Received(record.result.unwrap_or(Json::Null)));
+        }
+        let left = record.wake_at_ms.unwrap_or(now) - now;
+        if left <= 0 {
+            return Ok(EventWait::TimedOut);
+        }
+        let binds: Binds = vec![("delay_ms", left.into())];
+        owned(&mut tx, Statement::Release, binds, lease).await?;
+        Ok(EventWait::Parked(Duration::from_millis(left as u64)))
+    }
+    .await;
+    finish(tx, out, "wait for event").await
 }

@@ -35,7 +35,7 @@ pub struct TaskContext<E> {
     task: Arc<Task>,
     lease_length: Duration,
     backoff: RetryBackoff,
-    running: Arc<Running>,
+    pub(super) running: Arc<Running>,
     pub(super) steps: Arc<super::steps::StepLog>,
 }
 
@@ -138,7 +138,7 @@ impl<E> TaskContext<E> {
 }
 
 impl<E: PgExecutor> TaskContext<E> {
-    fn lost(&self) -> Error {
+    pub(super) fn lost(&self) -> Error {
         Error::LostLease { task_id: self.task.id.clone(), worker_id: self.worker_id().to_owned() }
     }
 

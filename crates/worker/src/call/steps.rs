@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde_json::Value as Json;
 use waymark_store::worker_protocol::WorkerProtocol;
-use waymark_store::{PgExecutor, StepKind, StepRecord, MAX_SNOOZE};
+use waymark_store::{EventWait, PgExecutor, StepKind, StepRecord, TaskStatus, MAX_SNOOZE};
 
 use super::context::TaskContext;
 use crate::shared::TaskError;
@@ -104,6 +105,64 @@ impl<E: PgExecutor> TaskContext<E> {
         match u64::try_from(wake_at - now) {
             Ok(left) if left > 0 => Err(TaskError::snooze(Duration::from_millis(left))),
             _ => Ok(()),
+        }
+    }
+
+    /// Waits for the event `event` ([`Store::emit`](waymark_store::Store::emit)),
+    /// at most `timeout` from when the run first reached this wait:
+    /// `Some(payload)` when it came (an event emitted earlier and still
+    /// kept counts), `None` when the time passed first. While it waits,
+    /// the run is parked: its task is snoozed in the same transaction that
+    /// records the wait (this returns the snooze as an error to return with
+    /// `?`), and holds no slot, connection or lease; an emit makes it due
+    /// at once, and the run that resumes goes past the wait with its
+    /// answer. Waiting twice for one event in a run, an empty name, or a
+    /// timeout past [`MAX_SNOOZE`] fails the run for good with nothing
+    /// written. Placed as [`TaskContext::step`], named by the event.
+    pub async fn wait_for_event(&self, event: &str, timeout: Duration) -> Result<Option<Json>, TaskError> {
+        if timeout > MAX_SNOOZE {
+            return Err(TaskError::permanent(format!(
+                "wait for {event:?} of {timeout:?} is longer than the most, {MAX_SNOOZE:?}"
+            )));
+        }
+        let place = self.take_place(event, StepKind::Wait).await?;
+        if let (Some(recorded), Some(now)) = (&place.recorded, place.now_ms) {
+            if recorded.done {
+                return Ok(Some(recorded.result.clone().unwrap_or(Json::Null)));
+            }
+            if recorded.wake_at_ms.is_some_and(|deadline| deadline <= now) {
+                return Ok(None);
+            }
+        }
+        // Parking settles the run (a snooze): it takes the run's settlement,
+        // and gives it back when the wait ends without parking.
+        if !self.running.take_settlement() {
+            return Err(TaskError::from(self.lost()));
+        }
+        match self.store().wait_for_event(self.lease(), place.seq, event, timeout).await {
+            Ok(EventWait::Parked(left)) => {
+                self.running.report_settled(TaskStatus::Queued);
+                Err(TaskError::snooze(left))
+            }
+            Ok(answer) => {
+                self.running.give_back_settlement();
+                Ok(match answer {
+                    EventWait::Received(payload) => Some(payload),
+                    _ => None,
+                })
+            }
+            Err(e) if e.is_lost_lease() => {
+                self.running.give_back_settlement();
+                self.running.mark_lost();
+                Err(e.into())
+            }
+            Err(e) => {
+                // Committed or not, unknown: the worker settles by the
+                // handler's return, a write the snooze, if it landed,
+                // leaves no lease for.
+                self.running.give_back_settlement();
+                Err(e.into())
+            }
         }
     }
 
