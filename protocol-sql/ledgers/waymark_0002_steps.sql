@@ -16,6 +16,8 @@ create table if not exists waymark_steps (
     -- A wait's event, and whether it came (its payload in result).
     event           text,
     done            boolean not null default true,
+    -- A wait closed by its deadline rather than its event.
+    timed_out       boolean not null default false,
     attempt         integer not null,
     recorded_at_ms  bigint not null,
     primary key (task_id, seq)
@@ -31,12 +33,15 @@ create or replace function waymark_held_emit(p_name text, p_payload jsonb, p_kee
 returns integer
 language plpgsql as $$
 declare
-    now_ms bigint := waymark_now_ms();
+    now_ms bigint;
     v_woke text[];
     v_runs text[];
     v_queue text;
 begin
     perform pg_advisory_xact_lock(hashtextextended('waymark_event:' || p_name, 0));
+    -- The clock after the lock: a wait whose deadline passed while this
+    -- waited for it was answered "timed out" by then.
+    now_ms := waymark_now_ms();
     insert into waymark_events (name, payload, emitted_at_ms, expires_at_ms)
     values (p_name, p_payload, now_ms, now_ms + p_keep_ms);
     with woke as (
@@ -51,6 +56,9 @@ begin
         update waymark_steps
            set done = true, result = p_payload
          where event = p_name and not done and kind = 'wait' and wake_at_ms > now_ms
+           and exists (
+               select 1 from cairnq_tasks t
+                where t.id = waymark_steps.task_id and t.status in ('queued', 'running'))
         returning task_id
     )
     select coalesce(array_agg(distinct task_id), '{}') into v_runs from ended;

@@ -18,7 +18,8 @@ with kept as (
      where t.id = :task_id
        and t.status = 'running'
        and t.worker_id = :worker_id
-       and t.lease_until_ms > (extract(epoch from now()) * 1000)::bigint
+       and t.lease_until_ms > (extract(epoch from clock_timestamp()) * 1000)::bigint
+       for share of t
 )
 insert into waymark_steps as s
        (task_id, seq, name, kind, result, wake_at_ms, event, done, attempt, recorded_at_ms)
@@ -28,5 +29,5 @@ select owned.id, :seq, :event, 'wait', (select payload from kept),
        (extract(epoch from clock_timestamp()) * 1000)::bigint
   from owned
 on conflict (task_id, seq) do update set recorded_at_ms = s.recorded_at_ms
-returning s.seq, s.name, s.kind, s.result, s.wake_at_ms, s.recorded_at_ms, s.done,
+returning s.seq, s.name, s.kind, s.result, s.wake_at_ms, s.recorded_at_ms, s.done, s.timed_out,
           (extract(epoch from clock_timestamp()) * 1000)::bigint as now_ms

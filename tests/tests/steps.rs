@@ -232,3 +232,68 @@ async fn a_wait_past_the_limit_or_twice_fails_with_nothing_written() {
     worker.stop().await;
     schema.drop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_in_commits_its_effect_with_its_record_once() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    schema.execute("create table charges (task_id text, attempt int)").await;
+    let table = format!("\"{}\".charges", schema.schema);
+    let worker = test_worker(&store, "steps")
+        .retry_backoff(Duration::from_millis(1), Duration::from_millis(1))
+        .task("pay", move |ctx, _p: Json| {
+            let insert = format!("insert into {table} (task_id, attempt) values ($1, $2)");
+            async move {
+                let (id, attempt) = (ctx.id().to_owned(), ctx.attempt());
+                let charged: u64 = ctx
+                    .step_in("charge", move |tx| {
+                        Box::pin(async move {
+                            let n = tx.client().execute(&insert, &[&id, &attempt]).await;
+                            n.map_err(|e| TaskError::new(e.to_string()))
+                        })
+                    })
+                    .await?;
+                if ctx.attempt() < 3 {
+                    return Err(TaskError::new("fails after the step"));
+                }
+                Ok(json!({ "charged": charged }))
+            }
+        })
+        .start();
+    let task = store.submit(NewTask::new("pay", json!({})).queue("steps")).await.unwrap();
+    let done = ended(&store, &task.id).await;
+    worker.stop().await;
+    assert_eq!((done.status, done.attempt), (TaskStatus::Succeeded, 3), "{done:?}");
+    assert_eq!(done.result, Some(json!({"charged": 1})));
+    assert_eq!(schema.count("charges").await, 1, "the effect committed once, with its record");
+    schema.drop().await;
+}
+
+/// A wait whose deadline passed is closed as timed out under the event's
+/// lock: an emit after it leaves it, and a later run reads the same answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_wait_stays_timed_out_for_later_runs() {
+    let schema = TestSchema::new().await;
+    let store = Arc::new(pool_store(&schema).await);
+    let worker = test_worker(&store, "steps")
+        .poll_interval(Duration::from_millis(50))
+        .retry_backoff(Duration::from_millis(1), Duration::from_millis(1))
+        .task("late", |ctx, _p: Json| async move {
+            let got = ctx.wait_for_event("late.event", Duration::from_millis(100)).await?;
+            if ctx.attempt() == 1 {
+                // Real time: the emit lands between the two runs.
+                ctx.store().emit("late.event", json!("too late")).await?;
+                return Err(TaskError::new("fails after the wait"));
+            }
+            Ok(json!({ "got": got }))
+        })
+        .start();
+    let task = store.submit(NewTask::new("late", json!({})).queue("steps")).await.unwrap();
+    let done = ended(&store, &task.id).await;
+    worker.stop().await;
+    assert_eq!((done.status, done.attempt), (TaskStatus::Succeeded, 2), "{done:?}");
+    assert_eq!(done.result, Some(json!({"got": null})), "the second run read the first's timeout");
+    let wait = store.steps(&task.id).await.unwrap().records.remove(0);
+    assert!(wait.done && wait.timed_out, "{wait:?}");
+    schema.drop().await;
+}

@@ -128,6 +128,7 @@ catalogue! {
     StepRecord => "step_record",
     StepForget => "step_forget",
     StepWait => "step_wait",
+    StepWaitClose => "step_wait_close",
 }
 
 impl Statement {

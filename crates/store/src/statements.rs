@@ -82,7 +82,8 @@ pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {
         | LockTasks
         | HeldSettled
         | StepRecord
-        | StepWait => Lane::Critical,
+        | StepWait
+        | StepWaitClose => Lane::Critical,
         _ => Lane::Ordinary,
     };
     let repeatable = matches!(

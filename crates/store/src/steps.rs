@@ -45,9 +45,11 @@ pub struct StepRecord {
     pub result: Option<Json>,
     /// When a sleep ends, or a wait gives up (epoch ms, database clock).
     pub wake_at_ms: Option<i64>,
-    /// Whether a wait's event came (its payload is `result`); true for
-    /// steps and sleeps.
+    /// Whether a wait has its answer (the event's payload in `result`, or
+    /// `timed_out`); true for steps and sleeps.
     pub done: bool,
+    /// Whether a wait was closed by its deadline.
+    pub timed_out: bool,
     /// When it was recorded.
     pub recorded_at_ms: i64,
 }
@@ -80,6 +82,7 @@ impl StepRecord {
             result,
             wake_at_ms: opt_int8(r, "wake_at_ms")?,
             done: opt_bool(r, "done")?.unwrap_or(true),
+            timed_out: opt_bool(r, "timed_out")?.unwrap_or(false),
             recorded_at_ms: int8(r, "recorded_at_ms")?,
         };
         Ok((record, int8(r, "now_ms")?))
@@ -95,6 +98,13 @@ pub enum EventWait {
     /// The deadline passed first.
     TimedOut,
     /// Neither yet: the task was snoozed until the deadline in the same
-    /// transaction (an emit makes it due at once), for this long.
-    Parked(std::time::Duration),
+    /// transaction (an emit makes it due at once), for `left`; `status` is
+    /// where the snooze left it (queued, or canceled when a cancel was
+    /// requested).
+    Parked {
+        /// How long until the deadline.
+        left: std::time::Duration,
+        /// The task's status after the snooze.
+        status: crate::task::TaskStatus,
+    },
 }

@@ -186,15 +186,19 @@ pub trait WorkerProtocol: sealed::Sealed {
     /// against its own lease; failures and snoozes run one statement each.
     /// When that makes one statement (the usual case: completes only), it
     /// runs in autocommit, with no transaction around it.
+    fn settle_batch(&self, items: &[Settlement])
+        -> impl Future<Output = Result<Vec<Result<Settled>>>> + Send;
+
     /// The recorded steps and sleeps of a task's runs, in run order (the
     /// worker reads them once per run, at its first step).
     fn steps(&self, task_id: &str) -> impl Future<Output = Result<StepHistory>> + Send;
 
     /// Records the step or sleep at `seq` of the lease's run, named `name`:
     /// a step with its `result`, a sleep ending `sleep` from now. One
-    /// statement, fenced to the lease; [`Error::LostLease`](crate::Error::LostLease)
-    /// when the claim no longer holds the task or another run recorded the
-    /// place first. Answers the record and the database's clock.
+    /// statement, fenced to the lease (it holds the task's row shared, so
+    /// no recovery of the lease falls inside it);
+    /// [`Error::LostLease`](crate::Error::LostLease) when the claim no
+    /// longer holds the task. Answers the record and the database's clock.
     #[allow(clippy::too_many_arguments)]
     fn record_step(
         &self,
@@ -204,6 +208,19 @@ pub trait WorkerProtocol: sealed::Sealed {
         kind: StepKind,
         result: Option<Json>,
         sleep: Duration,
+    ) -> impl Future<Output = Result<(StepRecord, i64)>> + Send;
+
+    /// [`WorkerProtocol::record_step`] of a step's `result` inside the
+    /// caller's transaction, which holds the step's own writes: the effect
+    /// and its record commit together, or neither (a lost lease answers
+    /// [`Error::LostLease`](crate::Error::LostLease) and the caller rolls back).
+    fn record_step_in(
+        &self,
+        tx: &mut <Self::Executor as PgExecutor>::Transaction,
+        lease: &Lease,
+        seq: i32,
+        name: &str,
+        result: Json,
     ) -> impl Future<Output = Result<(StepRecord, i64)>> + Send;
 
     /// Begins (or reads again) the wait for `event` at `seq` of the lease's
@@ -219,9 +236,6 @@ pub trait WorkerProtocol: sealed::Sealed {
         event: &str,
         timeout: Duration,
     ) -> impl Future<Output = Result<EventWait>> + Send;
-
-    fn settle_batch(&self, items: &[Settlement])
-        -> impl Future<Output = Result<Vec<Result<Settled>>>> + Send;
 }
 
 /// One settlement of [`WorkerProtocol::settle_batch`].

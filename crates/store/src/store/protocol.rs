@@ -123,4 +123,15 @@ impl<E: PgExecutor> WorkerProtocol for Store<E> {
     ) -> impl Future<Output = Result<EventWait>> + Send {
         steps::wait_for_event(self, lease, seq, event, timeout)
     }
+
+    fn record_step_in(
+        &self,
+        tx: &mut E::Transaction,
+        lease: &Lease,
+        seq: i32,
+        name: &str,
+        result: Json,
+    ) -> impl Future<Output = Result<(StepRecord, i64)>> + Send {
+        steps::record_step_in(self, tx, lease, seq, name, result)
+    }
 }

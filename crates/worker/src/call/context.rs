@@ -18,7 +18,7 @@ use crate::shared::{envelope, CancelReason, Running, TaskError};
 
 /// Gives a handler's own settlement back to the worker unless disarmed
 /// (its write answered).
-struct HandBack<'a>(Option<&'a Running>);
+pub(super) struct HandBack<'a>(pub(super) Option<&'a Running>);
 
 impl Drop for HandBack<'_> {
     fn drop(&mut self) {
@@ -144,7 +144,7 @@ impl<E: PgExecutor> TaskContext<E> {
 
     /// Fails at once, without touching the row, when the lease is gone or
     /// the task is already settled.
-    fn check_owned(&self) -> Result<()> {
+    pub(super) fn check_owned(&self) -> Result<()> {
         if self.running.is_lost() || self.running.is_settled() {
             Err(self.lost())
         } else {

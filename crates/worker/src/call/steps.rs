@@ -8,13 +8,15 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value as Json;
 use waymark_store::worker_protocol::WorkerProtocol;
-use waymark_store::{EventWait, PgExecutor, StepKind, StepRecord, TaskStatus, MAX_SNOOZE};
+use waymark_store::PgTransaction;
+use waymark_store::{Error, EventWait, PgExecutor, StepKind, StepRecord, MAX_SNOOZE};
 
-use super::context::TaskContext;
+use super::context::{HandBack, TaskContext};
 use crate::shared::TaskError;
 
 /// The run's places so far, and the history read at its first step.
@@ -62,12 +64,7 @@ impl<E: PgExecutor> TaskContext<E> {
     {
         let place = self.take_place(name, StepKind::Step).await?;
         if let Some(recorded) = place.recorded {
-            let result = recorded.result.unwrap_or(serde_json::Value::Null);
-            return serde_json::from_value(result).map_err(|e| {
-                TaskError::permanent(format!(
-                    "step {name:?}: its recorded result does not fit the step's type: {e}"
-                ))
-            });
+            return recorded_result(name, recorded);
         }
         let value = work().await?;
         let json = serde_json::to_value(&value).map_err(|e| {
@@ -77,6 +74,43 @@ impl<E: PgExecutor> TaskContext<E> {
             .record_step(self.lease(), place.seq, name, StepKind::Step, Some(json), Duration::ZERO)
             .await?;
         Ok(value)
+    }
+
+    /// [`TaskContext::step`] whose effect commits with its record: `work`
+    /// writes in the transaction it is handed, and the step's record joins
+    /// it, so the effect happens exactly once for the task (a run that
+    /// lost its lease rolls both back). A later run gets the recorded
+    /// result without running `work`.
+    pub async fn step_in<T, F>(&self, name: &str, work: F) -> Result<T, TaskError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: for<'t> FnOnce(&'t mut E::Transaction) -> BoxFuture<'t, Result<T, TaskError>>,
+    {
+        let place = self.take_place(name, StepKind::Step).await?;
+        if let Some(recorded) = place.recorded {
+            return recorded_result(name, recorded);
+        }
+        let mut tx = self.store().executor().begin().await.map_err(waymark_store::Error::from)?;
+        let out = async {
+            let value = work(&mut tx).await?;
+            let json = serde_json::to_value(&value).map_err(|e| {
+                TaskError::permanent(format!("step {name:?}: its result does not serialise to JSON: {e}"))
+            })?;
+            let recorded = self.store().record_step_in(&mut tx, self.lease(), place.seq, name, json);
+            recorded.await.map_err(|e| self.step_error(e))?;
+            Ok::<T, TaskError>(value)
+        }
+        .await;
+        match out {
+            Ok(value) => {
+                tx.commit().await.map_err(waymark_store::Error::from)?;
+                Ok(value)
+            }
+            Err(e) => {
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
     }
 
     /// A durable sleep: the run gives its slot back (an error to return
@@ -98,7 +132,8 @@ impl<E: PgExecutor> TaskContext<E> {
                 let (record, now) = self
                     .store()
                     .record_step(self.lease(), place.seq, name, StepKind::Sleep, None, duration)
-                    .await?;
+                    .await
+                    .map_err(|e| self.step_error(e))?;
                 (record.wake_at_ms.unwrap_or(now), now)
             }
         };
@@ -126,43 +161,47 @@ impl<E: PgExecutor> TaskContext<E> {
             )));
         }
         let place = self.take_place(event, StepKind::Wait).await?;
-        if let (Some(recorded), Some(now)) = (&place.recorded, place.now_ms) {
+        if let Some(recorded) = &place.recorded {
+            // Only a closed wait answers from the history; an open one asks
+            // again under the event's lock, where a deadline that passed
+            // closes it for every later run.
             if recorded.done {
-                return Ok(Some(recorded.result.clone().unwrap_or(Json::Null)));
-            }
-            if recorded.wake_at_ms.is_some_and(|deadline| deadline <= now) {
-                return Ok(None);
+                return Ok((!recorded.timed_out).then(|| recorded.result.clone().unwrap_or(Json::Null)));
             }
         }
         // Parking settles the run (a snooze): it takes the run's settlement,
-        // and gives it back when the wait ends without parking.
+        // and gives it back when the wait ends without parking, or when this
+        // future is dropped before the transaction answers.
         if !self.running.take_settlement() {
             return Err(TaskError::from(self.lost()));
         }
-        match self.store().wait_for_event(self.lease(), place.seq, event, timeout).await {
-            Ok(EventWait::Parked(left)) => {
-                self.running.report_settled(TaskStatus::Queued);
+        let mut hand_back = HandBack(Some(&self.running));
+        let out = self.store().wait_for_event(self.lease(), place.seq, event, timeout).await;
+        match out {
+            Ok(EventWait::Parked { left, status }) => {
+                hand_back.0 = None;
+                self.running.report_settled(status);
                 Err(TaskError::snooze(left))
             }
-            Ok(answer) => {
-                self.running.give_back_settlement();
-                Ok(match answer {
-                    EventWait::Received(payload) => Some(payload),
-                    _ => None,
-                })
-            }
-            Err(e) if e.is_lost_lease() => {
-                self.running.give_back_settlement();
-                self.running.mark_lost();
-                Err(e.into())
-            }
-            Err(e) => {
-                // Committed or not, unknown: the worker settles by the
-                // handler's return, a write the snooze, if it landed,
-                // leaves no lease for.
-                self.running.give_back_settlement();
-                Err(e.into())
-            }
+            Ok(EventWait::Received(payload)) => Ok(Some(payload)),
+            Ok(EventWait::TimedOut) => Ok(None),
+            // Committed or not, unknown: the worker settles by the
+            // handler's return, a write the snooze, if it landed, leaves
+            // no lease for.
+            Err(e) => Err(self.step_error(e)),
+        }
+    }
+
+    /// A store error of a step, for the handler: a lost lease marks the run
+    /// lost; bad input (a history the code does not match) fails the run
+    /// for good rather than spending attempts on it.
+    fn step_error(&self, e: Error) -> TaskError {
+        if e.is_lost_lease() {
+            self.running.mark_lost();
+        }
+        match e {
+            Error::InvalidArgument(why) => TaskError::permanent(why),
+            e => TaskError::from(e),
         }
     }
 
@@ -170,6 +209,7 @@ impl<E: PgExecutor> TaskContext<E> {
     /// one, the name checked unique in the run and against what is recorded
     /// there.
     async fn take_place(&self, name: &str, kind: StepKind) -> Result<Place, TaskError> {
+        self.check_owned()?;
         if name.is_empty() || name.contains('\0') {
             return Err(TaskError::permanent(format!(
                 "step name {name:?} must be non-empty text without NUL"
@@ -200,4 +240,12 @@ impl<E: PgExecutor> TaskContext<E> {
         }
         Ok(Place { seq, recorded, now_ms: places.now_ms })
     }
+}
+
+/// A recorded step's result, as the step's type.
+fn recorded_result<T: DeserializeOwned>(name: &str, recorded: StepRecord) -> Result<T, TaskError> {
+    let result = recorded.result.unwrap_or(Json::Null);
+    serde_json::from_value(result).map_err(|e| {
+        TaskError::permanent(format!("step {name:?}: its recorded result does not fit the step's type: {e}"))
+    })
 }
