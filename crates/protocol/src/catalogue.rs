@@ -121,7 +121,6 @@ catalogue! {
     HeldEmit => "held_emit",
     HeldOperate => "held_operate",
     HeldSweep => "held_sweep",
-    HeldGet => "held_get",
     HeldList => "held_list",
     HeldPurge => "held_purge",
     StepList => "step_list",

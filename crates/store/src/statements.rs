@@ -116,7 +116,6 @@ pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {
             | WaymarkLedgerCreate
             | WaymarkLedgerExists
             | WaymarkLedgerList
-            | HeldGet
             | HeldList
             | StepList
     );

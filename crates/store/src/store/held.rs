@@ -95,7 +95,14 @@ impl<E: PgExecutor> Store<E> {
     /// The ledger's row of task `id`, if it has one (a held task, one
     /// released from it, or a plain task a held task depends on).
     pub async fn held(&self, id: &str) -> Result<Option<HeldTask>> {
-        let row = run_opt(&mut self.session()?, Statement::HeldGet, vec![("id", id.into())]).await;
+        let binds: Binds = vec![
+            ("id", id.into()),
+            ("state", Value::Null),
+            ("order_key", Value::Null),
+            ("flow_id", Value::Null),
+            ("limit", 1i64.into()),
+        ];
+        let row = run_opt(&mut self.session()?, Statement::HeldList, binds).await;
         row.map_err(ledger_error)?.map(HeldTask::from_row).transpose()
     }
 
@@ -105,6 +112,7 @@ impl<E: PgExecutor> Store<E> {
             return Err(Error::invalid(format!("limit must be at least 1, got {}", filter.limit)));
         }
         let binds: Binds = vec![
+            ("id", Value::Null),
             ("state", filter.state.map(HeldState::as_str).into()),
             ("order_key", filter.order_key.as_deref().into()),
             ("flow_id", filter.flow_id.as_deref().into()),
