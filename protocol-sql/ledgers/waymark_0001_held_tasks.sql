@@ -511,8 +511,9 @@ end $$;
 -- on_deadline), each after the rows it depends on. A dependency names a row
 -- before it, a held task, or a task of cairnq_tasks; one that ended without
 -- success, or that exists nowhere, refuses the whole call. Locks, in this
--- order: the events (in name order), the dependencies' ledger rows, the
--- keys (in key order). Answers each row's id and state (held or released).
+-- order: the events (in name order, shared: submits do not wait for each
+-- other, only for an emit), the dependencies' ledger rows, the keys (in
+-- key order). Answers each row's id and state (held or released).
 create or replace function waymark_held_submit(p_rows jsonb)
 returns table (id text, state text)
 language plpgsql as $$
@@ -544,7 +545,7 @@ begin
          where x.value->>'event' is not null
          order by 1
     loop
-        perform pg_advisory_xact_lock(hashtextextended('waymark_event:' || v_event, 0));
+        perform pg_advisory_xact_lock_shared(hashtextextended('waymark_event:' || v_event, 0));
     end loop;
 
     -- The plain tasks named as dependencies, and the ledger rows of every

@@ -73,6 +73,7 @@ catalogue! {
     InsertTaskBatch => "insert_task_batch",
     InsertTaskBatchAlike => "insert_task_batch_alike",
     LockKey => "lock_key",
+    LockKeyShared => "lock_key_shared",
     GetKey => "get_key",
     UpsertKey => "upsert_key",
     Get => "get",

@@ -112,6 +112,7 @@ pub(crate) fn intent(stmt: Statement) -> (Lane, bool) {
             | SetLockTimeout
             | SetTimeouts
             | LockKey
+            | LockKeyShared
             | Clock
             | WaymarkLedgerCreate
             | WaymarkLedgerExists

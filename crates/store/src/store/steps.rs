@@ -135,10 +135,11 @@ pub(super) async fn wait_for_event<E: PgExecutor>(
         || Error::LostLease { task_id: lease.task_id().to_owned(), worker_id: lease.worker_id().to_owned() };
     let mut tx = store.begin(Lane::Critical).await?;
     let out = async {
-        // The lock emit takes: an emit lands before the check or after the
-        // snooze, never between.
+        // The event's lock, shared (waits do not wait for each other; emit
+        // takes it exclusively): an emit lands before the check or after
+        // the snooze, never between.
         let key = format!("waymark_event:{event}");
-        run(&mut tx, Statement::LockKey, vec![("key", key.into())]).await?;
+        run(&mut tx, Statement::LockKeyShared, vec![("key", key.into())]).await?;
         let binds: Binds = vec![
             ("task_id", lease.task_id().into()),
             ("worker_id", lease.worker_id().into()),
