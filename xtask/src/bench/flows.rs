@@ -9,6 +9,8 @@
 //! - `flows-ordered`: a backlog of tasks ordered by key, at 1, 100 and
 //!   10,000 keys, drained beside the same number of plain tasks; the ratio
 //!   is the ordered drain's throughput over the plain one's.
+//! - then `steps.rs`: recorded steps per second beside plain tasks, and a
+//!   park and resume.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -41,7 +43,7 @@ pub(super) async fn flows(n: Option<usize>) -> Result<(), String> {
         let ratio = pair[0].tasks_per_s() / pair[1].tasks_per_s();
         println!("flows-ordered: {} at {ratio:.3} of plain tasks", pair[0].detail);
     }
-    Ok(())
+    super::steps::steps_cost(&server, n).await
 }
 
 /// Handler-start instants, by the payload's `seq`.

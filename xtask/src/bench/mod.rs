@@ -31,6 +31,7 @@ mod scenarios;
 mod server;
 mod soak;
 mod spread;
+mod steps;
 mod telemetry;
 
 use scenarios::{drain, enqueue_batch, enqueue_single, latency, mixed, sweep};
