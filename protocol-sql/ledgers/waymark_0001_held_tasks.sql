@@ -359,17 +359,30 @@ begin
     return cardinality(v_passed) + cardinality(v_failed);
 end $$;
 
+-- The runs an emit of p_name reaches besides held tasks (their waits ended,
+-- their tasks made due), counted. None here: waymark_0002 replaces this
+-- with its waits for events.
+create or replace function waymark_event_reaches_runs(p_name text, p_payload jsonb, p_now_ms bigint)
+returns integer
+language sql as $$
+    select 0
+$$;
+
 -- An event: kept for p_keep_ms, and the held tasks waiting for it get its
--- payload and are released if nothing else holds them. Answers how many
--- waiting tasks it reached.
+-- payload and are released if nothing else holds them, as are the runs
+-- waiting for it (waymark_event_reaches_runs). Answers how many waiting
+-- tasks and runs it reached.
 create or replace function waymark_held_emit(p_name text, p_payload jsonb, p_keep_ms bigint)
 returns integer
 language plpgsql as $$
 declare
-    now_ms bigint := waymark_now_ms();
+    now_ms bigint;
     v_woke text[];
 begin
     perform pg_advisory_xact_lock(hashtextextended('waymark_event:' || p_name, 0));
+    -- The clock after the lock: a wait whose deadline passed while this
+    -- waited for it was answered "timed out" by then.
+    now_ms := waymark_now_ms();
     insert into waymark_events (name, payload, emitted_at_ms, expires_at_ms)
     values (p_name, p_payload, now_ms, now_ms + p_keep_ms);
     with woke as (
@@ -380,7 +393,7 @@ begin
     )
     select coalesce(array_agg(id order by id), '{}') into v_woke from woke;
     perform waymark_held_release(v_woke);
-    return cardinality(v_woke);
+    return cardinality(v_woke) + waymark_event_reaches_runs(p_name, p_payload, now_ms);
 end $$;
 
 -- An operator's hand on one task: release (a held task goes now, whatever

@@ -11,7 +11,7 @@ use serde_json::{json, Value as Json};
 
 use crate::error::{Error, Result};
 use crate::id::new_task_id;
-use crate::new_task::NewTask;
+use crate::new_task::{NewTask, MAX_DELAY_MS};
 use crate::options::{millis, non_empty};
 
 /// What happens to a task held for an event when its deadline passes first.
@@ -197,14 +197,11 @@ impl Held {
     }
 }
 
-/// The longest deadline or event retention: 10,000 years, so that now
-/// plus it (in ms) stays far inside bigint, as a delay's does.
-const LONGEST_WAIT_MS: i64 = 10_000 * 31_557_600_000;
-
-/// `d` in ms, refused (naming `what`) past [`LONGEST_WAIT_MS`].
+/// `d` in ms, refused (naming `what`) past a task's longest delay
+/// ([`MAX_DELAY_MS`]).
 pub(crate) fn longest_wait(what: &str, d: Duration) -> Result<i64> {
     let ms = millis(what, d)?;
-    if ms > LONGEST_WAIT_MS {
+    if ms > MAX_DELAY_MS {
         return Err(Error::invalid(format!("{what} of {d:?} is too long: at most 10,000 years")));
     }
     Ok(ms)

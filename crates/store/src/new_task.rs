@@ -194,9 +194,10 @@ impl NewTask {
     }
 }
 
-/// The longest delay a task may be submitted with: 10,000 years, so that
-/// its due time (now plus the delay, in ms) stays far inside bigint.
-const MAX_DELAY_MS: i64 = 10_000 * MS_PER_YEAR;
+/// The longest delay a task may be submitted with, and the longest deadline
+/// or event retention of a held task: 10,000 years, so that now plus it (in
+/// ms) stays far inside bigint.
+pub(crate) const MAX_DELAY_MS: i64 = 10_000 * MS_PER_YEAR;
 
 /// Milliseconds in a year of 365.25 days.
 const MS_PER_YEAR: i64 = 31_557_600_000;
